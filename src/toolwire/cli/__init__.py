@@ -1,0 +1,24 @@
+"""The `toolwire` command. Subcommands import what they need lazily so `--help` stays fast."""
+
+from __future__ import annotations
+
+import typer
+
+from toolwire.cli.chat import chat, demo
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="toolwire",
+    help="Let a language model act on your system safely: checked, local, exactly-once tool calls.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(chat)
+app.command()(demo)
+
+
+def main() -> None:
+    """Entry point of the `toolwire` console script."""
+    app()

@@ -1,0 +1,172 @@
+"""`toolwire chat` and `toolwire demo`: talk to the assistant from a terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from toolwire.assistant import Assistant
+    from toolwire.messages import Message
+    from toolwire.runner import RunResult
+
+__all__ = ["chat", "demo", "result_json"]
+
+DEMO_QUESTION = "Book 12.50 for lunch in category food"
+
+
+def result_json(result: RunResult) -> dict[str, Any]:
+    """The machine-readable form of a run, shared by `chat --json` and the chat API."""
+    calls = []
+    for trace in result.calls:
+        try:
+            arguments: Any = json.loads(trace.arguments) if trace.arguments else {}
+        except ValueError:
+            arguments = trace.arguments
+        try:
+            payload: Any = json.loads(trace.result)
+        except ValueError:
+            payload = trace.result
+        calls.append(
+            {
+                "name": trace.name,
+                "arguments": arguments,
+                "outcome": trace.outcome,
+                "result": payload,
+                "replayed": trace.replayed,
+                "call_id": trace.call_id,
+                "duration_ms": round(trace.duration_ms, 3),
+            }
+        )
+    return {"answer": result.answer, "calls": calls, "rounds": result.rounds, "route": result.route}
+
+
+def _fail(message: str) -> typer.Exit:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]Error:[/] {message}", highlight=False)
+    return typer.Exit(code=1)
+
+
+async def _ask(
+    assistant: Assistant,
+    text: str,
+    history: tuple[Message, ...],
+    *,
+    stream: bool,
+    as_json: bool,
+    request_id: str,
+) -> RunResult:
+    from rich.console import Console
+
+    from toolwire.models.base import TextDelta
+    from toolwire.runner import RunComplete
+
+    console = Console(highlight=False)
+    context = assistant.context(request_id=request_id)
+    runner = assistant.runner
+    if not stream or as_json:
+        result = await runner.run(text, context=context, history=history)
+        if as_json:
+            sys.stdout.write(json.dumps(result_json(result), ensure_ascii=False) + "\n")
+        else:
+            console.print(result.answer)
+            _print_calls(console, result)
+        return result
+    final: RunResult | None = None
+    wrote = False
+    async for event in runner.stream(text, context=context, history=history):
+        if isinstance(event, TextDelta):
+            # A turn that ends in calls may still have streamed text; it belongs to the answer.
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+            wrote = True
+        elif isinstance(event, RunComplete):
+            final = event.result
+    assert final is not None
+    if not wrote:
+        sys.stdout.write(final.answer)
+    sys.stdout.write("\n")
+    _print_calls(console, final)
+    return final
+
+
+def _print_calls(console: Any, result: RunResult) -> None:
+    for trace in result.calls:
+        mark = "[green]ok[/]" if trace.outcome == "ok" else f"[red]{trace.outcome}[/]"
+        replay = " [yellow](replayed)[/]" if trace.replayed else ""
+        console.print(f"  [dim]↳[/] [bold]{trace.name}[/]({trace.arguments}) {mark}{replay}")
+    console.print(f"  [dim]{result.rounds} request(s) · route {result.route}[/]")
+
+
+async def _session(settings_overrides: dict[str, Any], message: str | None, **flags: Any) -> None:
+    from toolwire.assistant import open_assistant
+    from toolwire.settings import Settings
+
+    settings = Settings.from_env(**settings_overrides)
+    async with open_assistant(settings) as assistant:
+        if message is not None:
+            await _ask(assistant, message, (), request_id=flags.pop("request_id") or _request_id(), **flags)
+            return
+        history: tuple[Message, ...] = ()
+        while True:
+            try:
+                text = (await asyncio.to_thread(input, "you> ")).strip()
+            except EOFError:
+                return
+            if text in ("exit", "quit"):
+                return
+            if text:
+                result = await _ask(assistant, text, history, request_id=_request_id(), **flags)
+                history = result.transcript
+
+
+def _request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
+def _run(coro: Any) -> None:
+    from toolwire.exceptions import ToolwireError
+
+    try:
+        asyncio.run(coro)
+    except ToolwireError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(code=130) from None
+
+
+def chat(
+    message: Annotated[str | None, typer.Argument(help="Ask once; without it, start a conversation.")] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible endpoint [env TOOLWIRE_BASE_URL].")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name [env TOOLWIRE_MODEL].")] = None,
+    api_key: Annotated[str | None, typer.Option(help="API key [env TOOLWIRE_API_KEY].")] = None,
+    route: Annotated[
+        str | None, typer.Option(help="chat, responses, auto or jsonplan [env TOOLWIRE_ROUTE].")
+    ] = None,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Show text as it arrives.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per answer.")] = False,
+    request_id: Annotated[
+        str | None, typer.Option(help="The application's request id (default: a new one).")
+    ] = None,
+) -> None:
+    """Talk to the bookkeeping assistant."""
+    overrides = {"base_url": base_url, "model": model, "api_key": api_key, "route": route}
+    _run(_session(overrides, message, stream=stream, as_json=as_json, request_id=request_id))
+
+
+def demo(
+    message: Annotated[str, typer.Argument(help="What to ask.")] = DEMO_QUESTION,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Ask the bookkeeping assistant to book an expense, and show the call it made."""
+    if not as_json:
+        typer.echo(f"you> {message}")
+    _run(_session({}, message, stream=True, as_json=as_json, request_id=None))

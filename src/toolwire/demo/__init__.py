@@ -1,0 +1,5 @@
+"""Demonstrations: the bookkeeping assistant of the specification."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
