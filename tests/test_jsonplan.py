@@ -2,10 +2,18 @@ from __future__ import annotations
 
 import json
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 
-from toolwire.messages import AssistantMessage, SystemMessage, ToolCall, ToolResult, ToolSpec, UserMessage
+from toolwire.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    UserMessage,
+)
 from toolwire.wire.jsonplan import (
     Plan,
     extract_plan,
@@ -179,7 +187,7 @@ def test_plan_schema_accepts_real_plans_and_rejects_others() -> None:
 
 CALL = ToolCall(id="call_1", name="create_item", arguments='{"title": "Tea", "amount": 3}')
 SECOND = ToolCall(id="call_2", name="get_summary", arguments="{broken")
-HISTORY = [
+HISTORY: list[Message] = [
     SystemMessage(content="You keep the books."),
     UserMessage(content="Book tea for 3 and show the total."),
     AssistantMessage(text="Booking.", tool_calls=(CALL, SECOND)),

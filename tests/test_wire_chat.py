@@ -8,6 +8,7 @@ import pytest
 from toolwire.exceptions import ModelHTTPError, ModelResponseError
 from toolwire.messages import (
     AssistantMessage,
+    Message,
     SystemMessage,
     ToolCall,
     ToolResult,
@@ -27,7 +28,7 @@ WEATHER = ToolSpec(
 )
 PARIS = ToolCall(id="call_A1", name="get_weather", arguments='{"city": "Paris"}')
 ROME = ToolCall(id="call_B2", name="get_weather", arguments='{"city":"Rome"}')
-TRANSCRIPT = [
+TRANSCRIPT: list[Message] = [
     SystemMessage(content="Be brief."),
     UserMessage(content="Weather in Paris and Rome?"),
     AssistantMessage(text=None, tool_calls=(PARIS, ROME)),

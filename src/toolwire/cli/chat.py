@@ -49,7 +49,7 @@ def result_json(result: RunResult) -> dict[str, Any]:
 def _fail(message: str) -> typer.Exit:
     from rich.console import Console
 
-    Console(stderr=True).print(f"[bold red]Error:[/] {message}", highlight=False)
+    Console(stderr=True).print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code=1)
 
 
@@ -109,9 +109,10 @@ async def _session(settings_overrides: dict[str, Any], message: str | None, **fl
     from toolwire.settings import Settings
 
     settings = Settings.from_env(**settings_overrides)
+    request_id = flags.pop("request_id") or _request_id()
     async with open_assistant(settings) as assistant:
         if message is not None:
-            await _ask(assistant, message, (), request_id=flags.pop("request_id") or _request_id(), **flags)
+            await _ask(assistant, message, (), request_id=request_id, **flags)
             return
         history: tuple[Message, ...] = ()
         while True:

@@ -9,7 +9,8 @@ The JSON plan is layered on a wire rather than being one: the tools go into the 
 `tools` are sent, and the plan in the answer becomes a `ToolCall` for the Gate. It is used when
 configured, and, for the rest of the process, for an endpoint that answered that the model does
 not support tools. On the chat route, a tool call the model wrote as text is turned into a real
-call too.
+call too. The module is a little over 400 lines because the error mapping (one actionable sentence
+per failure) lives next to the transport that meets those failures.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class _Assembler(Protocol):
 class _Wire:
     """One wire format, as the model needs it."""
 
+    label: str
+    """The format's name, for error messages."""
     path: str
     build: Callable[[str, Sequence[Message], Sequence[ToolSpec], RequestOptions, bool], dict[str, Any]]
     parse: Callable[[dict[str, Any]], Turn]
@@ -78,6 +81,7 @@ class _Wire:
 
 
 _CHAT = _Wire(
+    label="Chat Completions",
     path="/chat/completions",
     build=chat.build_request,
     parse=chat.parse_response,
@@ -379,7 +383,7 @@ class OpenAIModel:
             )
         if status == 405 or (status == 404 and "model" not in message.lower()):
             return RouteUnsupportedError(
-                f"The endpoint {self._url} does not serve Chat Completions (HTTP {status}); "
+                f"The endpoint {self._url} does not serve {self._wire.label} (HTTP {status}); "
                 "check TOOLWIRE_BASE_URL, which usually ends in /v1.",
                 status_code=status,
                 body=body,

@@ -9,7 +9,9 @@ OpenAI's exact 400 messages.
 
 The server runs uvicorn in a background thread, so it serves both synchronous and asynchronous
 tests: `with ScriptedServer(steps) as srv:` or `async with ...`; point a model at `srv.base_url`.
-Only the functions named `_chat_*` know the Chat route; a Responses route goes beside them.
+Only the functions named `_chat_*` know the Chat route; a Responses route goes beside them. The
+module is a little over 400 lines because the step constructors and misbehaviours document
+themselves; splitting them from the server that honours them would scatter one concept.
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ class Step:
     ids_only_first_fragment: bool = True
     """Streamed calls carry `id` and `name` only in their first fragment, as OpenAI sends them."""
     empty_string_id: bool = False
-    """Send `""` as the id of later fragments (streaming) or of every call (non-streaming)."""
+    """Send `""` as the id of later fragments (streaming) or of every call (non-streaming).
+
+    For `""` as the only id of a streamed call, script the call with the id `""`.
+    """
     tool_call_as_text: bool = False
     """Write the calls as JSON text in `content` instead of sending `tool_calls`."""
     cut_stream: bool = False
@@ -185,6 +190,8 @@ class ScriptedServer:
         self.split = split
         self.requests: list[dict[str, Any]] = []
         """Every request body received, in order, rejected ones included."""
+        self.headers: list[dict[str, str]] = []
+        """The headers of each request in `requests`, names in lower case."""
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._port = 0
@@ -207,6 +214,12 @@ class ScriptedServer:
             raise RuntimeError("The scripted server is not running; start it with `with` or `async with`.")
         return f"http://127.0.0.1:{self._port}/v1"
 
+    def enqueue(self, *steps: Step) -> None:
+        """Append steps to a list script, for the requests still to come."""
+        if callable(self._script):
+            raise TypeError("This server answers from a callable script; it has no steps to add to.")
+        self._state.steps.extend(steps)
+
     @property
     def remaining(self) -> int:
         """Steps not yet used."""
@@ -220,7 +233,9 @@ class ScriptedServer:
 
     def start(self) -> None:
         """Start serving on a free port; returns once the server accepts connections."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+        # without it a kept-alive connection stalls 40 ms per response on delayed ACKs.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self._port = sock.getsockname()[1]
@@ -302,6 +317,7 @@ class ScriptedServer:
             )
         if isinstance(body, dict):
             self.requests.append(body)
+            self.headers.append(dict(request.headers))
         try:
             chat.parse_request(body)
         except chat.InvalidRequestError as exc:
@@ -382,11 +398,10 @@ class ScriptedServer:
                 if not in_block or call_id not in pending:
                     return _ORPHAN_RESULT, f"messages.[{i}].role"
                 if self.strict_result_order and call_id != pending[0]:
-                    expected = pending[0]
-                    return (
-                        f"Tool messages must answer the calls in order: expected {expected}, got {call_id}.",
-                        (f"messages.[{i}].tool_call_id"),
+                    message_text = (
+                        f"Tool messages must answer the calls in order: expected {pending[0]}, got {call_id}."
                     )
+                    return message_text, f"messages.[{i}].tool_call_id"
                 pending.remove(call_id)
                 continue
             if pending:

@@ -97,7 +97,9 @@ class AuthConfig:
             if not _HEADER_TOKEN.match(name):
                 found.append((f"{path}.header_name", "give the header name that carries the API key"))
             elif name.lower() in _RESERVED_HEADERS:
-                found.append((f"{path}.header_name", f"{name} is set by the request itself; use another header"))
+                found.append(
+                    (f"{path}.header_name", f"{name} is set by the request itself; use another header")
+                )
         if self.type == "api_key_query" and not self.query_name:
             found.append((f"{path}.query_name", "give the query parameter that carries the API key"))
         if self.type == "basic" and (not self.username or ":" in self.username):
@@ -191,13 +193,20 @@ class OAuth2ClientCredentialsAuth(ConnectionAuth):
         config: An `oauth2_client_credentials` configuration.
         clock: Monotonic seconds; tests pass a fake one to move past the expiry.
         leeway: Seconds before `expires_in` runs out at which the token counts as expired.
+        timeout: Seconds for the token request.
     """
 
     def __init__(
-        self, config: AuthConfig, *, clock: Callable[[], float] = time.monotonic, leeway: float = 30.0
+        self,
+        config: AuthConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        leeway: float = 30.0,
+        timeout: float = 10.0,
     ) -> None:
         super().__init__(config)
         self._clock = clock
+        self._timeout = timeout
         self._leeway = leeway
         self._token: str | None = None
         self._expires_at = 0.0
@@ -214,7 +223,9 @@ class OAuth2ClientCredentialsAuth(ConnectionAuth):
     def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response, None]:
         raise RuntimeError("OAuth2 client credentials needs an httpx2.AsyncClient.")
 
-    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         async with self._lock():
             token = self._token if self._token and self._clock() < self._expires_at else None
             fresh = token is None
@@ -248,7 +259,9 @@ class OAuth2ClientCredentialsAuth(ConnectionAuth):
             form |= {"client_id": config.client_id or "", "client_secret": secret}
         else:
             headers["Authorization"] = _basic(_basic_pair(config.client_id or "", secret))
-        return httpx2.Request("POST", config.token_url or "", data=form, headers=headers)
+        request = httpx2.Request("POST", config.token_url or "", data=form, headers=headers)
+        request.extensions["timeout"] = httpx2.Timeout(self._timeout).as_dict()
+        return request
 
     def _store(self, response: httpx2.Response) -> str:
         """Take the token out of the endpoint's answer and cache it, or raise `TokenError`."""
@@ -279,13 +292,16 @@ class OAuth2ClientCredentialsAuth(ConnectionAuth):
         return token
 
 
-def connection_auth(config: AuthConfig, *, clock: Callable[[], float] = time.monotonic) -> ConnectionAuth:
+def connection_auth(
+    config: AuthConfig, *, clock: Callable[[], float] = time.monotonic, timeout: float = 10.0
+) -> ConnectionAuth:
     """The auth flow for a connection; share one per connection so its token cache is shared.
 
     Args:
         config: The connection's auth configuration (already validated).
         clock: Monotonic seconds for OAuth2 token expiry.
+        timeout: Seconds for an OAuth2 token request.
     """
     if config.type == "oauth2_client_credentials":
-        return OAuth2ClientCredentialsAuth(config, clock=clock)
+        return OAuth2ClientCredentialsAuth(config, clock=clock, timeout=timeout)
     return ConnectionAuth(config)

@@ -152,7 +152,9 @@ def parse_request(body: Any) -> tuple[list[Message], list[ToolSpec], RequestOpti
             )
     transcript: list[Message] = []
     instructions = body.get("instructions")
-    if isinstance(instructions, str) and instructions:
+    if instructions is not None and not isinstance(instructions, str):
+        raise WireFormatError("'instructions' must be a string.", param="instructions")
+    if instructions:
         transcript.append(SystemMessage(content=instructions))
     raw_input = body.get("input")
     if isinstance(raw_input, str):

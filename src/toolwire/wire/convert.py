@@ -71,8 +71,9 @@ _RESPONSES_ONLY = ("previous_response_id", "conversation", "background", "prompt
 _COPIED = ("parallel_tool_calls", "temperature", "top_p", "user", "stream")
 
 
-def _refuse(at: str, what: str) -> ConversionError:
-    return ConversionError(f"{at} {what}; remove it, or keep this request on its own route.", param=at)
+def _refuse(at: str, what: str, *, quote: bool = False) -> ConversionError:
+    name = f"'{at}'" if quote else at
+    return ConversionError(f"{name} {what}; remove it, or keep this request on its own route.", param=at)
 
 
 def _kind(value: Any) -> Any:
@@ -91,7 +92,13 @@ def _content_to_responses(content: Any, at: str) -> str | list[JSON]:
             parts.append({"type": "input_text", "text": part.get("text") or ""})
         elif _kind(part) == "image_url" and isinstance(part.get("image_url"), dict):
             image = part["image_url"]
-            parts.append({"type": "input_image", "image_url": image.get("url"), "detail": image.get("detail") or "auto"})
+            parts.append(
+                {
+                    "type": "input_image",
+                    "image_url": image.get("url"),
+                    "detail": image.get("detail") or "auto",
+                }
+            )
         else:
             raise _refuse(f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Responses equivalent")
     return parts
@@ -101,7 +108,8 @@ def _text_of(content: Any, at: str) -> tuple[str, str]:
     """(text, refusal) of Chat assistant content, a string or a list of text and refusal parts."""
     if content is None or isinstance(content, str):
         return content or "", ""
-    text, refusal = [], []
+    text: list[str] = []
+    refusal: list[str] = []
     for j, part in enumerate(content if isinstance(content, list) else [content]):
         if _kind(part) not in ("text", "refusal"):
             raise _refuse(f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Responses equivalent")
@@ -111,7 +119,9 @@ def _text_of(content: Any, at: str) -> tuple[str, str]:
 
 def _assistant_items(message: JSON, at: str) -> list[JSON]:
     if message.get("function_call"):
-        raise _refuse(f"{at}.function_call", "is the deprecated form of tool_calls, which this bridge does not read")
+        raise _refuse(
+            f"{at}.function_call", "is the deprecated form of tool_calls, which this bridge does not read"
+        )
     text, refusal = _text_of(message.get("content"), at)
     refusal += str(message.get("refusal") or "")
     parts: list[JSON] = [{"type": "output_text", "text": text, "annotations": []}] if text else []
@@ -119,10 +129,12 @@ def _assistant_items(message: JSON, at: str) -> list[JSON]:
     items = [{"type": "message", "role": "assistant", "content": parts}] if parts else []
     for j, call in enumerate(message.get("tool_calls") or ()):
         function = call.get("function") if isinstance(call, dict) else None
-        if call.get("type", "function") != "function" or not isinstance(function, dict):
+        if not isinstance(function, dict) or call.get("type", "function") != "function":
             raise _refuse(f"{at}.tool_calls[{j}]", f"is a {_kind(call)!r} call with no Responses equivalent")
+        if not isinstance(call.get("id"), str) or not call["id"]:
+            raise ConversionError(f"{at}.tool_calls[{j}] has no id; send the id the model gave.", param=at)
         canonical = ToolCall(
-            id=str(call.get("id") or ""),
+            id=call["id"],
             name=str(function.get("name") or ""),
             arguments=arguments_text(function.get("arguments")),
         )
@@ -133,10 +145,14 @@ def _assistant_items(message: JSON, at: str) -> list[JSON]:
 def _message_to_items(message: Any, at: str) -> list[JSON]:
     role = message.get("role") if isinstance(message, dict) else None
     if role in ("system", "developer", "user"):
-        return [{"type": "message", "role": role, "content": _content_to_responses(message.get("content"), at)}]
+        return [
+            {"type": "message", "role": role, "content": _content_to_responses(message.get("content"), at)}
+        ]
     if role == "assistant":
         return _assistant_items(message, at)
     if role == "tool":
+        if not isinstance(message.get("tool_call_id"), str) or not message["tool_call_id"]:
+            raise ConversionError(f"{at} is a tool message without tool_call_id; send it.", param=at)
         content = message.get("content")
         output: str | list[JSON] = content if isinstance(content, str) else []
         if not isinstance(content, str):
@@ -179,13 +195,15 @@ def chat_request_to_responses(body: Mapping[str, Any]) -> JSON:
         raise ConversionError("'messages' must be an array of messages.", param="messages")
     for key, unused in _CHAT_ONLY.items():
         if body.get(key) is not None and body.get(key) != unused:
-            raise _refuse(key, "has no Responses equivalent")
+            raise _refuse(key, "has no Responses equivalent", quote=True)
     out: JSON = {"model": body.get("model")}
     first = messages[0] if messages else None
     lead = 1 if isinstance(first, dict) and first.get("role") == "system" else 0
     if lead:
         out["instructions"] = _text_of(first.get("content") if first else None, "messages[0]")[0]
-    out["input"] = [item for i in range(lead, len(messages)) for item in _message_to_items(messages[i], f"messages[{i}]")]
+    out["input"] = [
+        item for i in range(lead, len(messages)) for item in _message_to_items(messages[i], f"messages[{i}]")
+    ]
     if body.get("tools"):
         out["tools"] = [_tool_to_responses(tool, i) for i, tool in enumerate(body["tools"])]
     if body.get("tool_choice") is not None:
@@ -220,7 +238,9 @@ def chat_response_to_responses(body: Mapping[str, Any], *, id: str | None = None
     chat_id = str(body.get("id") or "")
     items = _assistant_items(choices[0]["message"], "choices[0].message")
     output = [
-        {"id": f"msg_{digest(chat_id)}", "status": "completed", **item} if item["type"] == "message" else {**item, "status": "completed"}
+        {"id": f"msg_{digest(chat_id)}", "status": "completed", **item}
+        if item["type"] == "message"
+        else {**item, "status": "completed"}
         for item in items
     ]
     status, reason = status_of_finish(choices[0].get("finish_reason"))
@@ -246,27 +266,39 @@ def _content_to_chat(content: Any, at: str) -> str | list[JSON]:
         if _kind(part) in ("input_text", "output_text", "text"):
             parts.append({"type": "text", "text": part.get("text") or ""})
         elif _kind(part) == "input_image" and isinstance(part.get("image_url"), str):
-            parts.append({"type": "image_url", "image_url": {"url": part["image_url"], "detail": part.get("detail") or "auto"}})
+            parts.append(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": part["image_url"], "detail": part.get("detail") or "auto"},
+                }
+            )
         else:
-            raise _refuse(f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Chat Completions equivalent")
+            raise _refuse(
+                f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Chat Completions equivalent"
+            )
     return parts
 
 
 def _assistant_text(content: Any, at: str) -> tuple[str, str]:
     if isinstance(content, str):
         return content, ""
-    text, refusal = [], []
+    text: list[str] = []
+    refusal: list[str] = []
     for j, part in enumerate(content if isinstance(content, list) else [content]):
         if _kind(part) in ("output_text", "input_text", "text"):
             text.append(str(part.get("text") or ""))
         elif _kind(part) == "refusal":
             refusal.append(str(part.get("refusal") or ""))
         else:
-            raise _refuse(f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Chat Completions equivalent")
+            raise _refuse(
+                f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Chat Completions equivalent"
+            )
     return "".join(text), "".join(refusal)
 
 
-def _add_to_assistant(messages: list[JSON], *, text: str = "", refusal: str = "", call: JSON | None = None) -> None:
+def _add_to_assistant(
+    messages: list[JSON], *, text: str = "", refusal: str = "", call: JSON | None = None
+) -> None:
     # Consecutive assistant items (message, function_call, function_call...) are one Chat message.
     last = messages[-1] if messages else None
     if not (isinstance(last, dict) and last.get("role") == "assistant"):
@@ -291,7 +323,7 @@ def _call_to_chat(item: JSON, at: str) -> JSON:
 def _output_to_chat(output: Any, at: str) -> str | list[JSON]:
     if isinstance(output, str):
         return output
-    parts = _content_to_chat(output, at)
+    parts = _content_to_chat(output, f"{at}.output")
     if isinstance(parts, list) and any(part["type"] != "text" for part in parts):
         raise _refuse(f"{at}.output", "holds an image, and Chat tool results are text only")
     return parts
@@ -344,10 +376,13 @@ def responses_request_to_chat(body: Mapping[str, Any]) -> JSON:
     """
     for key in _RESPONSES_ONLY:
         if body.get(key):
-            raise _refuse(key, "needs state or features that Chat Completions does not have")
+            raise _refuse(key, "needs state or features that Chat Completions does not have", quote=True)
     messages: list[JSON] = []
-    if isinstance(body.get("instructions"), str) and body["instructions"]:
-        messages.append({"role": "system", "content": body["instructions"]})
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _refuse("instructions", "is not a string, and Chat takes text only", quote=True)
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
     raw_input = body.get("input")
     if isinstance(raw_input, str):
         messages.append({"role": "user", "content": raw_input})
@@ -367,7 +402,7 @@ def responses_request_to_chat(body: Mapping[str, Any]) -> JSON:
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
     text_format = (body.get("text") or {}).get("format")
-    if _kind(text_format) == "json_schema":
+    if isinstance(text_format, dict) and text_format.get("type") == "json_schema":
         schema = {key: value for key, value in text_format.items() if key != "type"}
         out["response_format"] = {"type": "json_schema", "json_schema": schema}
     elif _kind(text_format) == "json_object":

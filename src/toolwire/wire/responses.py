@@ -169,7 +169,7 @@ def response_id(body: Mapping[str, Any]) -> str | None:
 def _failure(error: Any, where: str) -> ModelError:
     """The exception for a failed response or an `error` event: an HTTP error when the code says which."""
     error = error if isinstance(error, dict) else {"message": error}
-    code, message = error.get("code"), error.get("message") or "no message"
+    code, message = error.get("code"), str(error.get("message") or "no message").rstrip(". ")
     status = code if isinstance(code, int) else _STATUS_OF_CODE.get(str(code))
     text = (
         f"The model endpoint reported {where} ({code}: {message}); retry the request or check the endpoint."
@@ -265,6 +265,8 @@ class _Slot:
     name: str = ""
     arguments: str = ""
     parts: dict[int, str] = field(default_factory=dict)
+    closed: bool = False
+    """Whether `output_item.done` (or the final response) delivered the finished item."""
 
 
 class ResponsesStreamAssembler:
@@ -281,8 +283,16 @@ class ResponsesStreamAssembler:
         self._slots: dict[int, _Slot] = {}
         self._index_of: dict[str, int] = {}
         self._final: JSON | None = None
+        self._done_marker = False
         self.response_id: str | None = None
         """The response's id, once `response.created` (or the final event) carried it."""
+
+    def done(self) -> None:
+        """Record a `data: [DONE]` line, which some servers send although Responses has none.
+
+        It ends the stream only when every item that started has also finished.
+        """
+        self._done_marker = True
 
     def feed(self, event: Mapping[str, Any]) -> list[TextDelta]:
         """Take one decoded event; return the text it adds.
@@ -309,7 +319,9 @@ class ResponsesStreamAssembler:
         if kind in ("response.output_item.added", "response.output_item.done"):
             item = event.get("item")
             if isinstance(item, dict):
-                return self._item(self._slot(event, str(item.get("type"))), item)
+                slot = self._slot(event, str(item.get("type")))
+                slot.closed = slot.closed or kind.endswith("done")
+                return self._item(slot, item)
         elif kind in ("response.output_text.delta", "response.refusal.delta"):
             slot, index = self._slot(event, "message"), int(event.get("content_index") or 0)
             delta = str(event.get("delta") or "")
@@ -370,7 +382,9 @@ class ResponsesStreamAssembler:
         deltas: list[TextDelta] = []
         for index, item in enumerate(response.get("output") or ()):
             if isinstance(item, dict):
-                deltas += self._item(self._slot({"output_index": index}, str(item.get("type"))), item)
+                slot = self._slot({"output_index": index}, str(item.get("type")))
+                slot.closed = True
+                deltas += self._item(slot, item)
         self._final = response
         return deltas
 
@@ -378,9 +392,12 @@ class ResponsesStreamAssembler:
         """Return the complete turn once the stream has ended.
 
         Raises:
-            ModelResponseError: the stream ended without `response.completed` or `.incomplete`, so
-                a half-received call is never run; or a call came without a `call_id`.
+            ModelResponseError: the stream ended without `response.completed` or `.incomplete`
+                (or a `[DONE]` after every item finished), so a half-received call is never run;
+                or a call came without a `call_id`.
         """
+        if self._final is None and self._done_marker and all(s.closed for s in self._slots.values()):
+            self._final = {"status": "completed"}
         if self._final is None:
             raise ModelResponseError(
                 "The model endpoint's Responses stream was cut off before its final event; retry the request."

@@ -1,0 +1,5 @@
+"""`python -m toolwire` runs the command line."""
+
+from toolwire.cli import main
+
+main()

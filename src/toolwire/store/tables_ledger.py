@@ -1,0 +1,7 @@
+"""Tables: The idempotency ledger and the audit log."""
+
+from __future__ import annotations
+
+from toolwire.store.tables import Base
+
+__all__ = ["Base"]
