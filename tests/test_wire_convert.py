@@ -482,6 +482,23 @@ def test_chat_stream_bridge_emits_the_documented_event_order() -> None:
     assert completed["usage"]["input_tokens"] == 80
 
 
+def test_finish_reason_closes_every_open_item_before_usage_arrives() -> None:
+    bridge = ChatToResponsesStream()
+    for chunk in CHAT_CHUNKS[:-2]:
+        bridge.feed(chunk)
+    at_finish = bridge.feed(CHAT_CHUNKS[-2])
+    at_usage = bridge.feed(CHAT_CHUNKS[-1])
+
+    assert [(e["type"], e["output_index"]) for e in at_finish] == [
+        ("response.function_call_arguments.done", 1),
+        ("response.output_item.done", 1),
+        ("response.function_call_arguments.done", 2),
+        ("response.output_item.done", 2),
+    ]
+    assert [e["type"] for e in at_usage] == ["response.completed"]
+    assert bridge.finish() == []
+
+
 def test_chat_stream_bridge_output_reassembles_into_the_chat_turn() -> None:
     assembler = ResponsesStreamAssembler()
     text = "".join(d.text for event in bridge_chat(CHAT_CHUNKS) for d in assembler.feed(event))

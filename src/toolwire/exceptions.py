@@ -4,7 +4,8 @@
 ToolwireError
 ├── UserError                  misconfiguration: something the user must change
 │   ├── ConfigError            a missing or invalid setting
-│   └── ToolDefinitionError    a tool that cannot be offered to a model
+│   ├── ToolDefinitionError    a tool that cannot be offered to a model
+│   └── WireFormatError        a request in a wire format that cannot be read or mapped (param)
 └── RunError                   a failure while a run is under way
     ├── ModelError             the model endpoint failed or answered nonsense
     │   ├── ModelHTTPError     an HTTP status >= 400 from the endpoint (status_code, body)
@@ -35,6 +36,7 @@ __all__ = [
     "ToolsUnsupportedError",
     "ToolwireError",
     "UserError",
+    "WireFormatError",
 ]
 
 
@@ -52,6 +54,15 @@ class ConfigError(UserError):
 
 class ToolDefinitionError(UserError):
     """A tool that cannot be offered to a model (bad name, schema, or signature)."""
+
+
+class WireFormatError(UserError):
+    """A request or item in a wire format that cannot be read, or cannot be mapped to the other format."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        """The request field at fault, as OpenAI's error bodies name it (`messages[2].content`)."""
 
 
 class RunError(ToolwireError):

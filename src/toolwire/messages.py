@@ -13,12 +13,15 @@ __all__ = [
     "AssistantMessage",
     "CallTrace",
     "Message",
+    "RequestOptions",
     "Route",
     "SystemMessage",
+    "TextDelta",
     "ToolCall",
     "ToolResult",
     "ToolSpec",
     "Turn",
+    "TurnComplete",
     "Usage",
     "UserMessage",
 ]
@@ -158,3 +161,28 @@ class CallTrace:
     replayed: bool = False
     round: int = 1
     """The round of the run (1-based) in which the call was proposed."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class TextDelta:
+    """A piece of a turn's text, as it arrives."""
+
+    text: str
+
+
+@dataclass(kw_only=True, frozen=True)
+class TurnComplete:
+    """The end of a streamed turn: the whole turn, calls reassembled and complete."""
+
+    turn: Turn
+
+
+@dataclass(kw_only=True, frozen=True)
+class RequestOptions:
+    """Per-request settings passed through to the provider when set."""
+
+    tool_choice: str | dict[str, Any] | None = None
+    """`auto`, `none`, `required`, or a named function, in Chat's shape; adapters translate it."""
+    parallel_tool_calls: bool | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from toolwire.results import result_json
+
 if TYPE_CHECKING:
     from toolwire.assistant import Assistant
     from toolwire.messages import Message
@@ -18,32 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["chat", "demo", "result_json"]
 
 DEMO_QUESTION = "Book 12.50 for lunch in category food"
-
-
-def result_json(result: RunResult) -> dict[str, Any]:
-    """The machine-readable form of a run, shared by `chat --json` and the chat API."""
-    calls = []
-    for trace in result.calls:
-        try:
-            arguments: Any = json.loads(trace.arguments) if trace.arguments else {}
-        except ValueError:
-            arguments = trace.arguments
-        try:
-            payload: Any = json.loads(trace.result)
-        except ValueError:
-            payload = trace.result
-        calls.append(
-            {
-                "name": trace.name,
-                "arguments": arguments,
-                "outcome": trace.outcome,
-                "result": payload,
-                "replayed": trace.replayed,
-                "call_id": trace.call_id,
-                "duration_ms": round(trace.duration_ms, 3),
-            }
-        )
-    return {"answer": result.answer, "calls": calls, "rounds": result.rounds, "route": result.route}
 
 
 def _fail(message: str) -> typer.Exit:

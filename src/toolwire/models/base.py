@@ -3,37 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from toolwire.messages import Message, ToolSpec, Turn
+from toolwire.messages import Message, RequestOptions, TextDelta, ToolSpec, Turn, TurnComplete
 
 __all__ = ["Model", "RequestOptions", "StreamEvent", "TextDelta", "TurnComplete"]
-
-
-@dataclass(kw_only=True, frozen=True)
-class RequestOptions:
-    """Per-request settings passed through to the provider when set."""
-
-    tool_choice: str | dict[str, Any] | None = None
-    """`auto`, `none`, `required`, or a named function, in Chat's shape; adapters translate it."""
-    parallel_tool_calls: bool | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-
-
-@dataclass(kw_only=True, frozen=True)
-class TextDelta:
-    """A piece of the turn's text, as it arrives."""
-
-    text: str
-
-
-@dataclass(kw_only=True, frozen=True)
-class TurnComplete:
-    """The end of a streamed turn: the whole turn, calls reassembled and complete."""
-
-    turn: Turn
 
 
 StreamEvent = TextDelta | TurnComplete

@@ -209,6 +209,31 @@ class PreparedRequest:
     """The JSON body, or `None` for GET."""
 
 
+@dataclass(frozen=True)
+class _Fence:
+    """Scheme, host and port fixed, and the path below a prefix."""
+
+    origin: tuple[str, str, int | None]
+    prefix: bytes
+    whole_segments: bool
+    """Whether the prefix ends at a segment boundary (`/api` admits `/api/x`, not `/apiary`)."""
+
+    @classmethod
+    def of(cls, origin: str, path_template: str) -> _Fence:
+        literal, placeholder, _ = path_template.partition("{")
+        url = httpx2.URL(origin + (literal or "/"))
+        prefix = url.raw_path.split(b"?")[0]
+        return cls((url.scheme, url.host, url.port), prefix, not placeholder)
+
+    def admits(self, url: httpx2.URL) -> bool:
+        path = url.raw_path.split(b"?")[0]
+        if (url.scheme, url.host, url.port) != self.origin:
+            return False
+        if not self.whole_segments:
+            return path.startswith(self.prefix)
+        return path == self.prefix or path.startswith(self.prefix.rstrip(b"/") + b"/")
+
+
 @dataclass(kw_only=True, frozen=True)
 class _Resolved:
     method: Method
@@ -216,8 +241,8 @@ class _Resolved:
     headers: dict[str, str]
     body: dict[str, Any] | None
     content: bytes | None
-    prefix: bytes
-    """The raw path every URL of this call, redirects included, must start with."""
+    fence: _Fence
+    """The connection's path prefix: every URL of this call, redirects included, stays below it."""
 
 
 def _path_value(name: str, value: Any) -> str:
@@ -246,7 +271,6 @@ def _resolve(
     parts = urlsplit(connection.url)
     template = (parts.path.rstrip("/") if definition.path else parts.path) + definition.path
     origin = f"{parts.scheme}://{parts.netloc}"
-    literal_prefix = template.split("{", 1)[0] or "/"
     path_names = set(PATH_PLACEHOLDER.findall(template))
     path = PATH_PLACEHOLDER.sub(lambda m: _path_value(m[1], arguments.get(m[1])), template)
     base = httpx2.URL(origin + (path or "/") + (f"?{parts.query}" if parts.query else ""))
@@ -257,8 +281,9 @@ def _resolve(
         if name not in path_names | body_names and value is not None
     }
     url = base.copy_merge_params(query) if query else base
-    prefix = httpx2.URL(origin + literal_prefix).raw_path.split(b"?")[0]
-    if not _within(url, base, prefix):
+    fence = _Fence.of(origin, parts.path)
+    # Checked against the whole path template too: arguments fill placeholders and nothing else.
+    if not (_Fence.of(origin, template).admits(url) and fence.admits(url)):
         raise ArgumentError("The arguments would change the URL's host or path prefix; nothing was sent.")
     headers = {"Accept": "application/json, text/*;q=0.9", "User-Agent": "toolwire"}
     body = content = None
@@ -271,12 +296,7 @@ def _resolve(
                 "An argument is NaN or Infinity, which JSON cannot carry; give a number."
             ) from None
         headers["Content-Type"] = "application/json"
-    return _Resolved(method=method, url=url, headers=headers, body=body, content=content, prefix=prefix)
-
-
-def _within(url: httpx2.URL, base: httpx2.URL, prefix: bytes) -> bool:
-    same_origin = (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port)
-    return same_origin and url.raw_path.split(b"?")[0].startswith(prefix)
+    return _Resolved(method=method, url=url, headers=headers, body=body, content=content, fence=fence)
 
 
 def prepare(
@@ -316,9 +336,7 @@ class _HttpCall:
             # The API can then deduplicate a write that is sent again after a failure.
             headers["Idempotency-Key"] = key
         request = httpx2.Request(resolved.method, resolved.url, headers=headers, content=resolved.content)
-        return await self.sender.send(
-            request, allowed=lambda url: _within(url, resolved.url, resolved.prefix)
-        )
+        return await self.sender.send(request, allowed=resolved.fence.admits)
 
 
 def http_tool(

@@ -1,4 +1,4 @@
-"""What both halves of the Chat <-> Responses mapping share: the refusal, and the field tables.
+"""What both halves of the Chat <-> Responses mapping share: the refusal, the field tables, content parts.
 
 `toolwire.wire.convert` re-exports `ConversionError`; the request and response mapping lives
 there, the stream bridges in `_convert_stream`.
@@ -14,9 +14,15 @@ from toolwire.wire._responses_shapes import JSON, WireFormatError
 
 __all__ = [
     "ConversionError",
+    "chat_text",
     "check_skippable",
+    "content_to_chat",
+    "content_to_responses",
     "converting",
     "finish_of_status",
+    "kind_of",
+    "refuse",
+    "responses_text",
     "status_of_finish",
     "usage_to_chat",
     "usage_to_responses",
@@ -120,3 +126,89 @@ def finish_of_status(status: Any, incomplete: Any, has_calls: bool) -> str:
         reason = incomplete.get("reason") if isinstance(incomplete, dict) else None
         return _FINISH_OF_INCOMPLETE.get(str(reason), "length")
     return "tool_calls" if has_calls else "stop"
+
+
+def refuse(at: str, what: str, *, quote: bool = False) -> ConversionError:
+    """The error for `at` (a position, or a parameter name to quote), saying what is wrong with it."""
+    name = f"'{at}'" if quote else at
+    return ConversionError(f"{name} {what}; remove it, or keep this request on its own route.", param=at)
+
+
+def kind_of(value: Any) -> Any:
+    """The `type` of a wire object, or the Python type name of anything else."""
+    return value.get("type") if isinstance(value, dict) else type(value).__name__
+
+
+def content_to_responses(content: Any, at: str) -> str | list[JSON]:
+    """Chat message content (a string, or text and image parts) as Responses input content."""
+    if isinstance(content, str):
+        return content
+    parts: list[JSON] = []
+    for j, part in enumerate(content if isinstance(content, list) else [content]):
+        if kind_of(part) == "text":
+            parts.append({"type": "input_text", "text": part.get("text") or ""})
+        elif kind_of(part) == "image_url" and isinstance(part.get("image_url"), dict):
+            image = part["image_url"]
+            parts.append(
+                {
+                    "type": "input_image",
+                    "image_url": image.get("url"),
+                    "detail": image.get("detail") or "auto",
+                }
+            )
+        else:
+            raise refuse(f"{at}.content[{j}]", f"is a {kind_of(part)!r} part with no Responses equivalent")
+    return parts
+
+
+def chat_text(content: Any, at: str) -> tuple[str, str]:
+    """(text, refusal) of Chat assistant content, a string or a list of text and refusal parts."""
+    if content is None or isinstance(content, str):
+        return content or "", ""
+    text: list[str] = []
+    refusal: list[str] = []
+    for j, part in enumerate(content if isinstance(content, list) else [content]):
+        if kind_of(part) not in ("text", "refusal"):
+            raise refuse(f"{at}.content[{j}]", f"is a {kind_of(part)!r} part with no Responses equivalent")
+        (text if part["type"] == "text" else refusal).append(str(part.get(part["type"]) or ""))
+    return "".join(text), "".join(refusal)
+
+
+def content_to_chat(content: Any, at: str) -> str | list[JSON]:
+    """Responses input content (a string, or text and image parts) as Chat message content."""
+    if isinstance(content, str):
+        return content
+    parts: list[JSON] = []
+    for j, part in enumerate(content if isinstance(content, list) else [content]):
+        if kind_of(part) in ("input_text", "output_text", "text"):
+            parts.append({"type": "text", "text": part.get("text") or ""})
+        elif kind_of(part) == "input_image" and isinstance(part.get("image_url"), str):
+            parts.append(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": part["image_url"], "detail": part.get("detail") or "auto"},
+                }
+            )
+        else:
+            raise refuse(
+                f"{at}.content[{j}]", f"is a {kind_of(part)!r} part with no Chat Completions equivalent"
+            )
+    return parts
+
+
+def responses_text(content: Any, at: str) -> tuple[str, str]:
+    """(text, refusal) of Responses assistant content, a string or a list of parts."""
+    if isinstance(content, str):
+        return content, ""
+    text: list[str] = []
+    refusal: list[str] = []
+    for j, part in enumerate(content if isinstance(content, list) else [content]):
+        if kind_of(part) in ("output_text", "input_text", "text"):
+            text.append(str(part.get("text") or ""))
+        elif kind_of(part) == "refusal":
+            refusal.append(str(part.get("refusal") or ""))
+        else:
+            raise refuse(
+                f"{at}.content[{j}]", f"is a {kind_of(part)!r} part with no Chat Completions equivalent"
+            )
+    return "".join(text), "".join(refusal)

@@ -18,11 +18,13 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from toolwire.exceptions import ModelHTTPError, ModelResponseError, UserError
+from toolwire.exceptions import ModelHTTPError, ModelResponseError, WireFormatError
 from toolwire.messages import (
     AssistantMessage,
     Message,
+    RequestOptions,
     SystemMessage,
+    TextDelta,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -30,7 +32,6 @@ from toolwire.messages import (
     Usage,
     UserMessage,
 )
-from toolwire.models.base import RequestOptions, TextDelta
 
 __all__ = [
     "ChatStreamAssembler",
@@ -45,13 +46,8 @@ __all__ = [
 _FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 
 
-class InvalidRequestError(UserError):
-    """A Chat Completions request body that cannot be read; the gateway answers it with a 400."""
-
-    def __init__(self, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-        """The offending field, in OpenAI's notation (`messages.[2].content`), if known."""
+InvalidRequestError = WireFormatError
+"""A Chat Completions request body that cannot be read; the gateway answers it with a 400."""
 
 
 # --- client side -------------------------------------------------------------------------------

@@ -22,9 +22,15 @@ from typing import Any
 from toolwire.messages import ToolCall
 from toolwire.wire._convert_common import (
     ConversionError,
+    chat_text,
     check_skippable,
+    content_to_chat,
+    content_to_responses,
     converting,
     finish_of_status,
+    kind_of,
+    refuse,
+    responses_text,
     status_of_finish,
     usage_to_chat,
     usage_to_responses,
@@ -71,58 +77,15 @@ _RESPONSES_ONLY = ("previous_response_id", "conversation", "background", "prompt
 _COPIED = ("parallel_tool_calls", "temperature", "top_p", "user", "stream")
 
 
-def _refuse(at: str, what: str, *, quote: bool = False) -> ConversionError:
-    name = f"'{at}'" if quote else at
-    return ConversionError(f"{name} {what}; remove it, or keep this request on its own route.", param=at)
-
-
-def _kind(value: Any) -> Any:
-    return value.get("type") if isinstance(value, dict) else type(value).__name__
-
-
 # --- Chat -> Responses -------------------------------------------------------------------------
-
-
-def _content_to_responses(content: Any, at: str) -> str | list[JSON]:
-    if isinstance(content, str):
-        return content
-    parts: list[JSON] = []
-    for j, part in enumerate(content if isinstance(content, list) else [content]):
-        if _kind(part) == "text":
-            parts.append({"type": "input_text", "text": part.get("text") or ""})
-        elif _kind(part) == "image_url" and isinstance(part.get("image_url"), dict):
-            image = part["image_url"]
-            parts.append(
-                {
-                    "type": "input_image",
-                    "image_url": image.get("url"),
-                    "detail": image.get("detail") or "auto",
-                }
-            )
-        else:
-            raise _refuse(f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Responses equivalent")
-    return parts
-
-
-def _text_of(content: Any, at: str) -> tuple[str, str]:
-    """(text, refusal) of Chat assistant content, a string or a list of text and refusal parts."""
-    if content is None or isinstance(content, str):
-        return content or "", ""
-    text: list[str] = []
-    refusal: list[str] = []
-    for j, part in enumerate(content if isinstance(content, list) else [content]):
-        if _kind(part) not in ("text", "refusal"):
-            raise _refuse(f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Responses equivalent")
-        (text if part["type"] == "text" else refusal).append(str(part.get(part["type"]) or ""))
-    return "".join(text), "".join(refusal)
 
 
 def _assistant_items(message: JSON, at: str) -> list[JSON]:
     if message.get("function_call"):
-        raise _refuse(
+        raise refuse(
             f"{at}.function_call", "is the deprecated form of tool_calls, which this bridge does not read"
         )
-    text, refusal = _text_of(message.get("content"), at)
+    text, refusal = chat_text(message.get("content"), at)
     refusal += str(message.get("refusal") or "")
     parts: list[JSON] = [{"type": "output_text", "text": text, "annotations": []}] if text else []
     parts += [{"type": "refusal", "refusal": refusal}] if refusal else []
@@ -130,7 +93,7 @@ def _assistant_items(message: JSON, at: str) -> list[JSON]:
     for j, call in enumerate(message.get("tool_calls") or ()):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or call.get("type", "function") != "function":
-            raise _refuse(f"{at}.tool_calls[{j}]", f"is a {_kind(call)!r} call with no Responses equivalent")
+            raise refuse(f"{at}.tool_calls[{j}]", f"is a {kind_of(call)!r} call with no Responses equivalent")
         if not isinstance(call.get("id"), str) or not call["id"]:
             raise ConversionError(f"{at}.tool_calls[{j}] has no id; send the id the model gave.", param=at)
         canonical = ToolCall(
@@ -146,7 +109,7 @@ def _message_to_items(message: Any, at: str) -> list[JSON]:
     role = message.get("role") if isinstance(message, dict) else None
     if role in ("system", "developer", "user"):
         return [
-            {"type": "message", "role": role, "content": _content_to_responses(message.get("content"), at)}
+            {"type": "message", "role": role, "content": content_to_responses(message.get("content"), at)}
         ]
     if role == "assistant":
         return _assistant_items(message, at)
@@ -156,16 +119,16 @@ def _message_to_items(message: Any, at: str) -> list[JSON]:
         content = message.get("content")
         output: str | list[JSON] = content if isinstance(content, str) else []
         if not isinstance(content, str):
-            text, _ = _text_of(content, at)  # tool content is text only, as on Chat
+            text, _ = chat_text(content, at)  # tool content is text only, as on Chat
             output = [{"type": "input_text", "text": text}]
         return [{"type": "function_call_output", "call_id": message.get("tool_call_id"), "output": output}]
-    raise _refuse(at, f"has role {role!r}, which has no Responses equivalent")
+    raise refuse(at, f"has role {role!r}, which has no Responses equivalent")
 
 
 def _tool_to_responses(tool: Any, i: int) -> JSON:
     function = tool.get("function") if isinstance(tool, dict) else None
-    if _kind(tool) != "function" or not isinstance(function, dict):
-        raise _refuse(f"tools[{i}]", f"is a {_kind(tool)!r} tool with no Responses function form")
+    if kind_of(tool) != "function" or not isinstance(function, dict):
+        raise refuse(f"tools[{i}]", f"is a {kind_of(tool)!r} tool with no Responses function form")
     flat: JSON = {"type": "function", "name": function.get("name")}
     if function.get("description"):
         flat["description"] = function["description"]
@@ -175,10 +138,10 @@ def _tool_to_responses(tool: Any, i: int) -> JSON:
 
 
 def _format_to_responses(response_format: Any) -> JSON:
-    if _kind(response_format) == "json_schema":
+    if kind_of(response_format) == "json_schema":
         schema = response_format.get("json_schema") or {}
         return {"format": {"type": "json_schema", **schema}}
-    return {"format": {"type": _kind(response_format)}}
+    return {"format": {"type": kind_of(response_format)}}
 
 
 def chat_request_to_responses(body: Mapping[str, Any]) -> JSON:
@@ -195,12 +158,12 @@ def chat_request_to_responses(body: Mapping[str, Any]) -> JSON:
         raise ConversionError("'messages' must be an array of messages.", param="messages")
     for key, unused in _CHAT_ONLY.items():
         if body.get(key) is not None and body.get(key) != unused:
-            raise _refuse(key, "has no Responses equivalent", quote=True)
+            raise refuse(key, "has no Responses equivalent", quote=True)
     out: JSON = {"model": body.get("model")}
     first = messages[0] if messages else None
     lead = 1 if isinstance(first, dict) and first.get("role") == "system" else 0
     if lead:
-        out["instructions"] = _text_of(first.get("content") if first else None, "messages[0]")[0]
+        out["instructions"] = chat_text(first.get("content") if first else None, "messages[0]")[0]
     out["input"] = [
         item for i in range(lead, len(messages)) for item in _message_to_items(messages[i], f"messages[{i}]")
     ]
@@ -258,44 +221,6 @@ def chat_response_to_responses(body: Mapping[str, Any], *, id: str | None = None
 # --- Responses -> Chat -------------------------------------------------------------------------
 
 
-def _content_to_chat(content: Any, at: str) -> str | list[JSON]:
-    if isinstance(content, str):
-        return content
-    parts: list[JSON] = []
-    for j, part in enumerate(content if isinstance(content, list) else [content]):
-        if _kind(part) in ("input_text", "output_text", "text"):
-            parts.append({"type": "text", "text": part.get("text") or ""})
-        elif _kind(part) == "input_image" and isinstance(part.get("image_url"), str):
-            parts.append(
-                {
-                    "type": "image_url",
-                    "image_url": {"url": part["image_url"], "detail": part.get("detail") or "auto"},
-                }
-            )
-        else:
-            raise _refuse(
-                f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Chat Completions equivalent"
-            )
-    return parts
-
-
-def _assistant_text(content: Any, at: str) -> tuple[str, str]:
-    if isinstance(content, str):
-        return content, ""
-    text: list[str] = []
-    refusal: list[str] = []
-    for j, part in enumerate(content if isinstance(content, list) else [content]):
-        if _kind(part) in ("output_text", "input_text", "text"):
-            text.append(str(part.get("text") or ""))
-        elif _kind(part) == "refusal":
-            refusal.append(str(part.get("refusal") or ""))
-        else:
-            raise _refuse(
-                f"{at}.content[{j}]", f"is a {_kind(part)!r} part with no Chat Completions equivalent"
-            )
-    return "".join(text), "".join(refusal)
-
-
 def _add_to_assistant(
     messages: list[JSON], *, text: str = "", refusal: str = "", call: JSON | None = None
 ) -> None:
@@ -323,22 +248,22 @@ def _call_to_chat(item: JSON, at: str) -> JSON:
 def _output_to_chat(output: Any, at: str) -> str | list[JSON]:
     if isinstance(output, str):
         return output
-    parts = _content_to_chat(output, f"{at}.output")
+    parts = content_to_chat(output, f"{at}.output")
     if isinstance(parts, list) and any(part["type"] != "text" for part in parts):
-        raise _refuse(f"{at}.output", "holds an image, and Chat tool results are text only")
+        raise refuse(f"{at}.output", "holds an image, and Chat tool results are text only")
     return parts
 
 
 def _items_to_chat(items: list[Any], messages: list[JSON]) -> None:
     for i, item in enumerate(items):
         at = f"input[{i}]"
-        kind = _kind(item) or ("message" if isinstance(item, dict) and "role" in item else None)
+        kind = kind_of(item) or ("message" if isinstance(item, dict) and "role" in item else None)
         role = item.get("role") if isinstance(item, dict) else None
         if kind == "message" and role == "assistant":
-            text, refusal = _assistant_text(item.get("content"), at)
+            text, refusal = responses_text(item.get("content"), at)
             _add_to_assistant(messages, text=text, refusal=refusal)
         elif kind == "message" and role in ("system", "developer", "user"):
-            messages.append({"role": role, "content": _content_to_chat(item.get("content"), at)})
+            messages.append({"role": role, "content": content_to_chat(item.get("content"), at)})
         elif kind == "function_call":
             _add_to_assistant(messages, call=_call_to_chat(item, at))
         elif kind == "function_call_output":
@@ -354,8 +279,8 @@ def _items_to_chat(items: list[Any], messages: list[JSON]) -> None:
 
 
 def _tool_to_chat(tool: Any, i: int) -> JSON:
-    if _kind(tool) != "function":
-        raise _refuse(f"tools[{i}]", f"is a hosted {_kind(tool)!r} tool with no Chat Completions equivalent")
+    if kind_of(tool) != "function":
+        raise refuse(f"tools[{i}]", f"is a hosted {kind_of(tool)!r} tool with no Chat Completions equivalent")
     function: JSON = {"name": tool.get("name")}
     if tool.get("description"):
         function["description"] = tool["description"]
@@ -376,11 +301,11 @@ def responses_request_to_chat(body: Mapping[str, Any]) -> JSON:
     """
     for key in _RESPONSES_ONLY:
         if body.get(key):
-            raise _refuse(key, "needs state or features that Chat Completions does not have", quote=True)
+            raise refuse(key, "needs state or features that Chat Completions does not have", quote=True)
     messages: list[JSON] = []
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise _refuse("instructions", "is not a string, and Chat takes text only", quote=True)
+        raise refuse("instructions", "is not a string, and Chat takes text only", quote=True)
     if instructions:
         messages.append({"role": "system", "content": instructions})
     raw_input = body.get("input")
@@ -405,7 +330,7 @@ def responses_request_to_chat(body: Mapping[str, Any]) -> JSON:
     if isinstance(text_format, dict) and text_format.get("type") == "json_schema":
         schema = {key: value for key, value in text_format.items() if key != "type"}
         out["response_format"] = {"type": "json_schema", "json_schema": schema}
-    elif _kind(text_format) == "json_object":
+    elif kind_of(text_format) == "json_object":
         out["response_format"] = {"type": "json_object"}
     if (body.get("reasoning") or {}).get("effort"):
         out["reasoning_effort"] = body["reasoning"]["effort"]
@@ -431,10 +356,10 @@ def responses_response_to_chat(body: Mapping[str, Any], *, id: str | None = None
     messages: list[JSON] = []
     for i, item in enumerate(body["output"]):
         at = f"output[{i}]"
-        if _kind(item) == "message":
-            text, refusal = _assistant_text(item.get("content"), at)
+        if kind_of(item) == "message":
+            text, refusal = responses_text(item.get("content"), at)
             _add_to_assistant(messages, text=text, refusal=refusal)
-        elif _kind(item) == "function_call":
+        elif kind_of(item) == "function_call":
             _add_to_assistant(messages, call=_call_to_chat(item, at))
         else:
             check_skippable(item, at)
