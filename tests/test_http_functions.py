@@ -95,7 +95,12 @@ async def raw() -> AsyncIterator[RawServer]:
 
 
 def schema(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required or [], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required or [],
+        "additionalProperties": False,
+    }
 
 
 def echo_function(method: str = "POST", **changes: Any) -> FunctionDefinition:
@@ -136,7 +141,11 @@ def echo_function(method: str = "POST", **changes: Any) -> FunctionDefinition:
 
 
 def connection_to(url: str, **changes: Any) -> Connection:
-    fields: dict[str, Any] = {"name": "tickets", "url": url, "auth": AuthConfig(type="bearer", secrets={"token": TOKEN})}
+    fields: dict[str, Any] = {
+        "name": "tickets",
+        "url": url,
+        "auth": AuthConfig(type="bearer", secrets={"token": TOKEN}),
+    }
     return Connection(**(fields | changes))
 
 
@@ -170,7 +179,9 @@ async def test_placeholders_keep_the_json_type_and_missing_optionals_vanish_with
 
 def test_render_body_keeps_null_and_literals_and_copies_values() -> None:
     labels = ["x"]
-    body = render_body({"a": "$a", "b": {"c": "$labels"}, "lit": "$5 fee", "n": 7}, {"a": None, "labels": labels})
+    body = render_body(
+        {"a": "$a", "b": {"c": "$labels"}, "lit": "$5 fee", "n": 7}, {"a": None, "labels": labels}
+    )
     assert body == {"a": None, "b": {"c": ["x"]}, "lit": "$5 fee", "n": 7}
     body["b"]["c"].append("y")
     assert labels == ["x"]
@@ -195,7 +206,9 @@ async def test_get_sends_the_arguments_as_an_encoded_query_string(
     tool = http_tool(echo_function("GET"), connection_to(tickets.base_url), client=client)
     assert tool.effect == "read" and tool.retry_safe is False
     echoed = json.loads(
-        await call(tool, {"title": "a&b=c #d", "count": 2, "urgent": True, "labels": ["x", "y"], "ratio": None})
+        await call(
+            tool, {"title": "a&b=c #d", "count": 2, "urgent": True, "labels": ["x", "y"], "ratio": None}
+        )
     )
     assert echoed["method"] == "GET" and echoed["body"] == ""
     assert "content-type" not in echoed["headers"]
@@ -260,11 +273,14 @@ def test_integer_path_values_and_the_connection_prefix_are_kept() -> None:
 
 async def test_arguments_never_become_headers(tickets: TicketsServer, client: httpx2.AsyncClient) -> None:
     definition = echo_function(
-        "GET", parameters={"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+        "GET",
+        parameters={"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]},
     )
     tool = http_tool(definition, connection_to(tickets.base_url), client=client)
     injected = "x\r\nX-Injected: 1\r\nAuthorization: Bearer attacker"
-    echoed = json.loads(await call(tool, {"title": injected, "Authorization": "Bearer attacker", "Host": "evil"}))
+    echoed = json.loads(
+        await call(tool, {"title": injected, "Authorization": "Bearer attacker", "Host": "evil"})
+    )
     assert "x-injected" not in echoed["headers"]
     assert echoed["headers"]["host"] == tickets.base_url.removeprefix("http://")
     assert echoed["query"] == {"title": injected, "Authorization": "Bearer attacker", "Host": "evil"}
@@ -278,7 +294,9 @@ async def test_a_write_carries_the_idempotency_key_and_a_read_does_not(
     write = http_tool(echo_function(), connection_to(tickets.base_url), client=client)
     read = http_tool(echo_function("GET"), connection_to(tickets.base_url), client=client)
     assert write.effect == "write" and write.retry_safe is True
-    assert json.loads(await call(write, {"title": "t"}, context))["headers"]["idempotency-key"] == "req-9:echo:0"
+    assert (
+        json.loads(await call(write, {"title": "t"}, context))["headers"]["idempotency-key"] == "req-9:echo:0"
+    )
     assert "idempotency-key" not in json.loads(await call(read, {"title": "t"}, context))["headers"]
     assert "idempotency-key" not in json.loads(await call(write, {"title": "t"}))["headers"]
 
@@ -298,7 +316,9 @@ def raw_function(path: str, method: str = "GET") -> FunctionDefinition:
     )
 
 
-def raw_tool(server: RawServer, path: str, client: httpx2.AsyncClient, method: str = "GET", **options: Any) -> Tool:
+def raw_tool(
+    server: RawServer, path: str, client: httpx2.AsyncClient, method: str = "GET", **options: Any
+) -> Tool:
     connection = Connection(name="raw", url=f"{server.base_url}/api", timeout=2.0)
     return http_tool(raw_function(path, method), connection, client=client, retry_backoff=0.001, **options)
 
@@ -330,7 +350,11 @@ async def test_an_error_status_becomes_upstream_error_with_the_body(
 ) -> None:
     with pytest.raises(UpstreamError) as failed:
         await call(raw_tool(raw, "/missing", client), {})
-    assert (failed.value.code, failed.value.status, failed.value.body) == ("upstream_error", 404, "no such thing")
+    assert (failed.value.code, failed.value.status, failed.value.body) == (
+        "upstream_error",
+        404,
+        "no such thing",
+    )
     assert failed.value.details == [{"status": 404, "body": "no such thing"}]
 
 
@@ -415,11 +439,16 @@ def jira(**changes: Any) -> FunctionDefinition:
         else:
             node[last] = value
     return FunctionDefinition.from_json(
-        name="create_jira_ticket", description="Create a Jira ticket.", definition=definition, connection="jira"
+        name="create_jira_ticket",
+        description="Create a Jira ticket.",
+        definition=definition,
+        connection="jira",
     )
 
 
-def problems(definition: FunctionDefinition, connection: Connection = JIRA_CONNECTION) -> list[tuple[str, str]]:
+def problems(
+    definition: FunctionDefinition, connection: Connection = JIRA_CONNECTION
+) -> list[tuple[str, str]]:
     with pytest.raises(DefinitionError) as failed:
         definition.validate(connection)
     return failed.value.problems
@@ -429,7 +458,9 @@ def test_the_seed_jira_definition_is_valid_and_renders_the_seed_request() -> Non
     definition = jira()
     definition.validate(JIRA_CONNECTION)
     arguments = {"summary": "Login-Fehler beheben", "project_key": "KEY", "issue_type": "Bug"}
-    prepared = prepare(definition, JIRA_CONNECTION, arguments | {"description": "Nutzer können sich nicht einloggen."})
+    prepared = prepare(
+        definition, JIRA_CONNECTION, arguments | {"description": "Nutzer können sich nicht einloggen."}
+    )
     assert (prepared.method, prepared.url) == ("POST", "https://jira.example.com/rest/api/2/issue")
     assert prepared.headers["Authorization"] == "Basic [redacted]"
     assert prepared.body == {
@@ -440,16 +471,26 @@ def test_the_seed_jira_definition_is_valid_and_renders_the_seed_request() -> Non
             "description": "Nutzer können sich nicht einloggen.",
         }
     }
-    assert FunctionDefinition.from_json(
-        name=definition.name, description=definition.description, definition=definition.to_json(), connection="jira"
-    ) == definition
+    assert (
+        FunctionDefinition.from_json(
+            name=definition.name,
+            description=definition.description,
+            definition=definition.to_json(),
+            connection="jira",
+        )
+        == definition
+    )
 
 
 def test_a_placeholder_without_a_parameter_is_named_by_its_json_path() -> None:
     found = problems(jira(parameters__properties__project_key=None, parameters__required=["summary"]))
     assert found == [("http_request_body.fields.project.key", found[0][1])]
-    with pytest.raises(DefinitionError, match=r"^http_request_body\.fields\.project\.key: placeholder \$project_key"):
-        jira(parameters__properties__project_key=None, parameters__required=["summary"]).validate(JIRA_CONNECTION)
+    with pytest.raises(
+        DefinitionError, match=r"^http_request_body\.fields\.project\.key: placeholder \$project_key"
+    ):
+        jira(parameters__properties__project_key=None, parameters__required=["summary"]).validate(
+            JIRA_CONNECTION
+        )
 
 
 def test_a_required_parameter_without_a_definition_is_named_by_its_index() -> None:
@@ -463,7 +504,11 @@ def test_a_required_parameter_without_a_definition_is_named_by_its_index() -> No
     [
         ({"http_request_body__fields__labels": ["$summary"]}, "http_request_body.fields.labels", "arrays"),
         ({"http_request_body__fields__$summary": "x"}, 'http_request_body.fields["$summary"]', "keys"),
-        ({"http_request_body__fields__summary": "Bug: $summary"}, "http_request_body.fields.summary", "whole"),
+        (
+            {"http_request_body__fields__summary": "Bug: $summary"},
+            "http_request_body.fields.summary",
+            "whole",
+        ),
         ({"http_request_body": None}, "http_request_body", "needs a body template"),
         ({"http_request_body": "$summary"}, "http_request_body", "JSON object"),
         ({"parameters__properties__summary__type": "strin"}, "parameters.properties.summary.type", "strin"),
@@ -492,10 +537,19 @@ def test_path_placeholders_must_be_required_strings_or_integers() -> None:
         connection="jira",
     )
     connection = Connection(name="jira", url="https://jira.example.com/issue/{key}/{n}/{ghost}")
-    found = problems(base, connection)
-    assert [p for p, _ in found] == ["connection.url"] * 3
-    assert ["{key}" in found[0][1] and "required" in found[0][1], "{n}" in found[1][1], "no parameter" in found[2][1]]
-    assert all(found_ok for found_ok in ["{key}" in found[0][1], "{n}" in found[1][1], "{ghost}" in found[2][1]])
+    assert problems(base, connection) == [
+        ("connection.url", "path placeholder {key} must be a required string or integer parameter"),
+        ("connection.url", "path placeholder {n} must be a required string or integer parameter"),
+        ("connection.url", "path placeholder {ghost} has no parameter; add it to parameters.properties"),
+    ]
+    ok = FunctionDefinition(
+        name="get_issue",
+        description="Get an issue.",
+        parameters=schema({"key": {"type": "string"}}, ["key"]),
+        connection="jira",
+        path="/{key}",
+    )
+    ok.validate(Connection(name="jira", url="https://jira.example.com/issue"))
 
 
 @pytest.mark.parametrize(
@@ -514,8 +568,18 @@ def test_connection_urls_are_checked(url: str, words: str) -> None:
 
 
 def test_strict_mode_needs_closed_objects_and_every_property_required() -> None:
-    found = problems(jira(strict=True))
-    assert ("parameters.required", found[0][1]) == found[0] and "description" in found[0][1]
+    assert problems(jira(strict=True)) == [
+        ("parameters.required", "strict mode needs every property required; add ['description']")
+    ]
+    nested = jira(
+        strict=True,
+        parameters__required=["summary", "project_key", "issue_type", "description"],
+        parameters__properties__description={"type": "object", "properties": {"text": {"type": "string"}}},
+    )
+    assert [p for p, _ in problems(nested)] == [
+        "parameters.properties.description.additionalProperties",
+        "parameters.properties.description.required",
+    ]
 
 
 def test_a_parameter_cannot_shadow_the_api_key_query_parameter() -> None:

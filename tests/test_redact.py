@@ -62,7 +62,10 @@ def test_values_added_later_are_replaced_too() -> None:
 def test_nested_values_are_redacted_keys_included() -> None:
     redactor = Redactor(["k3y"])
     value = {"k3y": ["x k3y", {"n": 1, "s": "k3y"}], "t": ("k3y",)}
-    assert redactor.redact_value(value) == {REDACTED: [f"x {REDACTED}", {"n": 1, "s": REDACTED}], "t": [REDACTED]}
+    assert redactor.redact_value(value) == {
+        REDACTED: [f"x {REDACTED}", {"n": 1, "s": REDACTED}],
+        "t": [REDACTED],
+    }
 
 
 def test_membership_and_repr_never_show_the_values() -> None:

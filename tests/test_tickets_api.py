@@ -89,7 +89,7 @@ async def test_every_credential_form_is_accepted_and_a_wrong_one_is_not(
     ok = await client.get(f"{server.base_url}/tickets", headers=headers, params=params, auth=basic)
     assert ok.status_code == 200
     wrong_headers = {k: v.replace(TOKEN, "nope") for k, v in headers.items()}
-    wrong_params = {k: "nope" for k in params}
+    wrong_params = dict.fromkeys(params, "nope")
     wrong_basic = httpx2.BasicAuth("app", "wrong") if basic else None
     refused = await client.get(
         f"{server.base_url}/tickets", headers=wrong_headers, params=wrong_params, auth=wrong_basic
@@ -112,12 +112,18 @@ async def test_oauth_token_endpoint_issues_working_tokens_and_counts_calls(
     token = issued.json()
     assert token["token_type"] == "Bearer" and token["expires_in"] == 3600
     assert server.state.token_requests == before + 2
-    assert (await client.get(f"{server.base_url}/tickets", headers=bearer(token["access_token"]))).status_code == 200
+    assert (
+        await client.get(f"{server.base_url}/tickets", headers=bearer(token["access_token"]))
+    ).status_code == 200
     server.state.revoke_tokens()
-    assert (await client.get(f"{server.base_url}/tickets", headers=bearer(token["access_token"]))).status_code == 401
+    assert (
+        await client.get(f"{server.base_url}/tickets", headers=bearer(token["access_token"]))
+    ).status_code == 401
 
 
-async def test_an_idempotency_key_creates_one_ticket(server: TicketsServer, client: httpx2.AsyncClient) -> None:
+async def test_an_idempotency_key_creates_one_ticket(
+    server: TicketsServer, client: httpx2.AsyncClient
+) -> None:
     ticket = {"title": "Printer", "priority": "Low"}
     headers = bearer() | {"Idempotency-Key": "req-1:create_ticket:0"}
     first = (await client.post(f"{server.base_url}/tickets", json=ticket, headers=headers)).json()
@@ -152,7 +158,11 @@ async def test_the_demo_functions_drive_the_api_through_tools(
     )
     # The API's answer reaches the model unchanged.
     body = json.loads(created)
-    assert body == {"status": "success", "ticket_id": body["ticket_id"], "message": "Ticket created successfully"}
+    assert body == {
+        "status": "success",
+        "ticket_id": body["ticket_id"],
+        "message": "Ticket created successfully",
+    }
     fetched = json.loads(await tools["get_ticket"].handler({"ticket_id": body["ticket_id"]}, Context()))
     assert fetched["ticket"]["title"] == "Zugangsdaten verloren" and fetched["ticket"]["description"] == ""
     listed = json.loads(await tools["list_tickets"].handler({"priority": "High", "limit": 500}, Context()))

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwire.exceptions import ModelHTTPError, ModelResponseError, UserError
+from toolwire.exceptions import ModelHTTPError, ModelResponseError, WireFormatError
 from toolwire.messages import (
     AssistantMessage,
     Message,
+    RequestOptions,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -21,7 +22,6 @@ from toolwire.messages import (
     Usage,
     UserMessage,
 )
-from toolwire.models.base import RequestOptions
 from toolwire.wire import chat, responses
 from toolwire.wire.convert import (
     ChatToResponsesStream,
@@ -232,7 +232,7 @@ def test_hosted_tools_are_refused_with_their_name(kind: str) -> None:
 
     with pytest.raises(ConversionError, match=rf"tools\[1\] is a hosted '{kind}' tool") as caught:
         responses_request_to_chat(body)
-    assert isinstance(caught.value, UserError)
+    assert isinstance(caught.value, WireFormatError)  # a gateway answers every one of them with a 400
     assert caught.value.param == "tools[1]"
 
 

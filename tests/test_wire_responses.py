@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwire.exceptions import ModelHTTPError, ModelResponseError, UserError
+from toolwire.exceptions import ModelHTTPError, ModelResponseError, UserError, WireFormatError
 from toolwire.messages import (
     AssistantMessage,
     Message,
+    RequestOptions,
     SystemMessage,
     ToolCall,
     ToolResult,
@@ -21,11 +22,9 @@ from toolwire.messages import (
     Usage,
     UserMessage,
 )
-from toolwire.models.base import RequestOptions
 from toolwire.wire import responses
 from toolwire.wire.responses import (
     ResponsesStreamAssembler,
-    WireFormatError,
     build_request,
     call_item_id,
     parse_request,

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from toolwire.wire._responses_shapes import JSON, WireFormatError
+from toolwire.exceptions import WireFormatError
+from toolwire.wire._responses_shapes import JSON
 
 __all__ = [
     "ConversionError",

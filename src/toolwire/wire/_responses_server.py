@@ -12,9 +12,11 @@ import time
 from collections.abc import Hashable, Iterator
 from typing import Any
 
+from toolwire.exceptions import WireFormatError
 from toolwire.messages import (
     AssistantMessage,
     Message,
+    RequestOptions,
     SystemMessage,
     ToolCall,
     ToolResult,
@@ -22,11 +24,9 @@ from toolwire.messages import (
     Turn,
     UserMessage,
 )
-from toolwire.models.base import RequestOptions
 from toolwire.wire._responses_shapes import (
     JSON,
     TEXT_PARTS,
-    WireFormatError,
     arguments_text,
     digest,
     function_call_item,

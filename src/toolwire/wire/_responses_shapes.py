@@ -12,13 +12,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from toolwire.exceptions import UserError
+from toolwire.exceptions import WireFormatError
 from toolwire.messages import ToolCall, ToolSpec, Usage
 
 __all__ = [
     "JSON",
     "TEXT_PARTS",
-    "WireFormatError",
     "arguments_text",
     "call_item_id",
     "digest",
@@ -37,15 +36,6 @@ JSON = dict[str, Any]
 
 TEXT_PARTS = ("output_text", "input_text", "text")
 """Part types whose `text` is plain text."""
-
-
-class WireFormatError(UserError):
-    """A request or tool setting that has no form on the target wire; the gateway answers 400."""
-
-    def __init__(self, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-        """The offending field (`input[3]`, `tools[0]`), if known."""
 
 
 def digest(value: str) -> str:

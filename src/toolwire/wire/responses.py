@@ -24,14 +24,15 @@ from toolwire.exceptions import ModelError, ModelHTTPError, ModelResponseError
 from toolwire.messages import (
     AssistantMessage,
     Message,
+    RequestOptions,
     SystemMessage,
+    TextDelta,
     ToolCall,
     ToolResult,
     ToolSpec,
     Turn,
     Usage,
 )
-from toolwire.models.base import RequestOptions, TextDelta
 from toolwire.wire._responses_server import (
     ResponsesEventWriter,
     parse_request,
@@ -40,7 +41,6 @@ from toolwire.wire._responses_server import (
 )
 from toolwire.wire._responses_shapes import (
     JSON,
-    WireFormatError,
     arguments_text,
     call_item_id,
     function_call_item,
@@ -55,7 +55,6 @@ from toolwire.wire._responses_shapes import (
 __all__ = [
     "ResponsesEventWriter",
     "ResponsesStreamAssembler",
-    "WireFormatError",
     "build_request",
     "call_item_id",
     "function_call_item",
