@@ -20,7 +20,9 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, object, None]:
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     # Where PostgreSQL must be there (CI, or a developer who asks), a skip for its absence is a failure.

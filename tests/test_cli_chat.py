@@ -57,7 +57,9 @@ def items(tmp_path: Path) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.parametrize("route", ["chat", "jsonplan"])
-def test_chat_json_books_an_item_and_reports_the_call(env: dict[str, str], tmp_path: Path, route: str) -> None:
+def test_chat_json_books_an_item_and_reports_the_call(
+    env: dict[str, str], tmp_path: Path, route: str
+) -> None:
     with ScriptedServer(bookkeeper) as server:
         env["TOOLWIRE_BASE_URL"] = server.base_url
         done = run_cli("chat", BOOK, "--json", "--route", route, env=env)

@@ -32,6 +32,7 @@ from toolwire.tools.http import (
 )
 
 TOKEN = "fn-token-0815"
+LONG_SECRET = "0123456789abcdefghij0123456789ABCDEFGHIJ"
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +53,19 @@ class RawServer:
     def __init__(self) -> None:
         self.hits: Counter[str] = Counter()
         self.base_url = ""
+        self.release = asyncio.Event()
+        self.last_method = ""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         path = head.split(b" ", 2)[1].decode().split("?")[0]
+        self.last_method = head.split(b" ", 1)[0].decode()
         self.hits[path] += 1
         if path == "/api/drop":
+            writer.close()
+            return
+        if path == "/api/hang":
+            await self.release.wait()
             writer.close()
             return
         status, headers, body = self.answer(path)
@@ -69,6 +77,8 @@ class RawServer:
     def answer(self, path: str) -> tuple[int, list[str], bytes]:
         if path == "/api/big":
             return 200, ["Content-Type: text/plain"], b"0123456789" * 100_000
+        if path == "/api/secrets":
+            return 200, ["Content-Type: text/plain"], LONG_SECRET.encode() * 100
         if path == "/api/binary":
             return 200, ["Content-Type: image/png"], b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
         if path == "/api/unlabelled":
@@ -79,6 +89,12 @@ class RawServer:
             return 302, [f"Location: {self.base_url}/admin"], b""
         if path == "/api/redirect-same":
             return 302, ["Location: /api/ok"], b""
+        if path in ("/api/redirect-303", "/api/redirect-302"):
+            return int(path[-3:]), ["Location: /api/ok"], b""
+        if path == "/api/redirect-307":
+            return 307, ["Location: /api/echo-method"], b""
+        if path == "/api/echo-method":
+            return 200, ["Content-Type: text/plain"], self.last_method.encode()
         if path == "/api/ok":
             return 200, ["Content-Type: application/json"], b'{"ok": true}'
         return 404, ["Content-Type: text/plain"], b"no such thing"
@@ -92,6 +108,7 @@ async def raw() -> AsyncIterator[RawServer]:
     handler.base_url = f"http://{host}:{port}"
     async with server:
         yield handler
+        handler.release.set()
 
 
 def schema(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
@@ -261,8 +278,8 @@ def test_path_values_that_could_move_the_path_are_refused(value: Any) -> None:
 
 def test_integer_path_values_and_the_connection_prefix_are_kept() -> None:
     definition = FunctionDefinition(
-        name="get_issue",
-        description="Get an issue.",
+        name="get_ticket",
+        description="Get a ticket.",
         parameters=schema({"key": {"type": "integer"}}, ["key"]),
         connection="jira",
     )
@@ -332,6 +349,19 @@ async def test_a_gigantic_response_is_cut_with_a_marker(raw: RawServer, client: 
     assert small.startswith("0123456789" * 10 + "\n[truncated") and len(small) < 200
 
 
+async def test_no_part_of_a_secret_survives_where_the_response_is_cut(
+    raw: RawServer, client: httpx2.AsyncClient
+) -> None:
+    connection = Connection(
+        name="raw", url=f"{raw.base_url}/api", auth=AuthConfig(type="bearer", secrets={"token": LONG_SECRET})
+    )
+    tool = http_tool(raw_function("/secrets"), connection, client=client, max_response_bytes=100)
+    text = await call(tool, {})
+    kept, _ = text.split("\n[truncated", 1)
+    assert set(kept.split("[redacted]")[:-1]) == {""} and "[redacted]" in kept
+    assert LONG_SECRET[:4] not in text
+
+
 @pytest.mark.parametrize(
     ("path", "shown"),
     [("/binary", "2056 bytes (content-type image/png)"), ("/unlabelled", "9 bytes (content-type not given)")],
@@ -370,6 +400,19 @@ async def test_redirects_to_another_host_or_outside_the_prefix_are_not_followed(
     assert raw.hits["/api/ok"] == 1
 
 
+async def test_a_write_follows_only_redirects_that_keep_or_settle_its_method(
+    raw: RawServer, client: httpx2.AsyncClient
+) -> None:
+    # 303 See Other: the write is done, the result is read with a GET.
+    assert json.loads(await call(raw_tool(raw, "/redirect-303", client, method="POST"), {})) == {"ok": True}
+    assert raw.last_method == "GET"
+    # 307 sends the same method again.
+    assert await call(raw_tool(raw, "/redirect-307", client, method="PATCH"), {}) == "PATCH"
+    with pytest.raises(UpstreamError, match="method would change") as refused:
+        await call(raw_tool(raw, "/redirect-302", client, method="PUT"), {})
+    assert refused.value.status == 302 and raw.hits["/api/ok"] == 1
+
+
 # --- Failures and retries -------------------------------------------------------------------------
 
 
@@ -382,6 +425,16 @@ async def test_get_is_tried_three_times_on_connection_errors_and_post_once(
     with pytest.raises(UpstreamError, match=r"\(1 try\)"):
         await call(raw_tool(raw, "/drop", client, method="POST"), {})
     assert raw.hits["/api/drop"] == 4
+
+
+async def test_a_silent_api_times_out_after_bounded_tries(raw: RawServer, client: httpx2.AsyncClient) -> None:
+    connection = Connection(name="raw", url=f"{raw.base_url}/api", timeout=0.2)
+    for method, tries in (("GET", 3), ("POST", 1)):
+        before = raw.hits["/api/hang"]
+        tool = http_tool(raw_function("/hang", method), connection, client=client, retry_backoff=0.001)
+        with pytest.raises(UpstreamError, match=r"did not answer within 0\.2s") as failed:
+            await call(tool, {})
+        assert failed.value.code == "timeout" and raw.hits["/api/hang"] - before == tries
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
@@ -531,25 +584,25 @@ def test_a_get_with_a_body_and_a_bad_name_are_reported_together() -> None:
 
 def test_path_placeholders_must_be_required_strings_or_integers() -> None:
     base = FunctionDefinition(
-        name="get_issue",
-        description="Get an issue.",
+        name="get_ticket",
+        description="Get a ticket.",
         parameters=schema({"key": {"type": "string"}, "n": {"type": "number"}}, ["n"]),
         connection="jira",
     )
-    connection = Connection(name="jira", url="https://jira.example.com/issue/{key}/{n}/{ghost}")
+    connection = Connection(name="jira", url="https://jira.example.com/ticket/{key}/{n}/{ghost}")
     assert problems(base, connection) == [
         ("connection.url", "path placeholder {key} must be a required string or integer parameter"),
         ("connection.url", "path placeholder {n} must be a required string or integer parameter"),
         ("connection.url", "path placeholder {ghost} has no parameter; add it to parameters.properties"),
     ]
     ok = FunctionDefinition(
-        name="get_issue",
-        description="Get an issue.",
+        name="get_ticket",
+        description="Get a ticket.",
         parameters=schema({"key": {"type": "string"}}, ["key"]),
         connection="jira",
         path="/{key}",
     )
-    ok.validate(Connection(name="jira", url="https://jira.example.com/issue"))
+    ok.validate(Connection(name="jira", url="https://jira.example.com/ticket"))
 
 
 @pytest.mark.parametrize(

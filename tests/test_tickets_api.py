@@ -97,7 +97,7 @@ async def test_every_credential_form_is_accepted_and_a_wrong_one_is_not(
     assert refused.status_code == 401
 
 
-async def test_oauth_token_endpoint_issues_working_tokens_and_counts_calls(
+async def test_oauth_token_endpoint_hands_out_working_tokens_and_counts_calls(
     server: TicketsServer, client: httpx2.AsyncClient
 ) -> None:
     before = server.state.token_requests

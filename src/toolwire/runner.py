@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -194,6 +195,9 @@ class Runner:
         requests = 0
         stop: Literal["answer", "max_rounds"] = "answer"
         turn: Turn | None = None
+        # Identical writes (same tool and arguments) seen so far in this request: the occurrence
+        # number keeps their idempotency keys apart, and a retried request counts the same way.
+        seen: Counter[tuple[str, str]] = Counter()
 
         while True:
             offer = specs if requests < self.max_rounds else []
@@ -222,7 +226,7 @@ class Runner:
             for call in message.tool_calls:
                 yield CallProposed(call=call, round=requests)
             answered: list[CallFinished | None] = [None] * len(message.tool_calls)
-            async for index, finished in self._answer_calls(message.tool_calls, context, requests):
+            async for index, finished in self._answer_calls(message.tool_calls, context, requests, seen):
                 answered[index] = finished
                 yield finished
             done = [a for a in answered if a is not None]
@@ -244,7 +248,7 @@ class Runner:
         )
 
     async def _answer_calls(
-        self, calls: Sequence[ToolCall], context: Context, round: int
+        self, calls: Sequence[ToolCall], context: Context, round: int, seen: Counter[tuple[str, str]]
     ) -> AsyncIterator[tuple[int, CallFinished]]:
         """Answer every call of one turn, yielding each as it finishes, tagged with its position."""
         segment: list[tuple[int, CheckedCall]] = []
@@ -257,11 +261,11 @@ class Runner:
                     f"Only {self.max_calls_per_turn} calls are executed per turn; "
                     "propose the remaining ones in the next turn.",
                 )
-                yield index, _finished(call, result, started, round)
+                yield index, await self._refused(call, result, context, started, round)
                 continue
             checked = self.gate.check(call)
             if isinstance(checked, ToolResult):
-                yield index, _finished(call, checked, started, round)
+                yield index, await self._refused(call, checked, context, started, round)
                 continue
             if checked.tool.effect == "read":
                 segment.append((index, checked))
@@ -270,14 +274,25 @@ class Runner:
             async for item in self._run_reads(segment, context, round):
                 yield item
             segment = []
-            yield index, await self._run_one(checked, context, round)
+            occurrence = seen[checked.identity]
+            seen[checked.identity] += 1
+            yield index, await self._run_one(checked, context, round, occurrence)
         async for item in self._run_reads(segment, context, round):
             yield item
 
-    async def _run_one(self, checked: CheckedCall, context: Context, round: int) -> CallFinished:
+    async def _run_one(
+        self, checked: CheckedCall, context: Context, round: int, occurrence: int = 0
+    ) -> CallFinished:
         started = time.perf_counter()
-        result = await self.gate.execute(checked, context)
+        result = await self.gate.execute(checked, context, occurrence=occurrence)
         return _finished(checked.call, result, started, round)
+
+    async def _refused(
+        self, call: ToolCall, result: ToolResult, context: Context, started: float, round: int
+    ) -> CallFinished:
+        finished = _finished(call, result, started, round)
+        await self.gate.refused(call, result, context, duration_ms=finished.trace.duration_ms)
+        return finished
 
     async def _run_reads(
         self, segment: list[tuple[int, CheckedCall]], context: Context, round: int

@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from toolwire.cli.chat import chat, demo
+from toolwire.cli.serve import serve
+from toolwire.cli.users import users_app
 
 __all__ = ["app", "main"]
 
@@ -17,6 +19,8 @@ app = typer.Typer(
 )
 app.command()(chat)
 app.command()(demo)
+app.command()(serve)
+app.add_typer(users_app, name="users")
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from toolwire.context import Context
 from toolwire.demo.dates import resolve_date, resolve_range
 from toolwire.exceptions import ConfigError
+from toolwire.gate.ledger import transactional
 from toolwire.store.db import Database
 from toolwire.store.tables import CENT, Item
 from toolwire.tools import Toolbox, tool
@@ -198,6 +199,7 @@ def _item_json(item: Item) -> dict[str, Any]:
     }
 
 
+@transactional
 @tool(effect="write", timeout=10.0)
 async def create_item(
     ctx: Context,
@@ -226,7 +228,9 @@ async def create_item(
     value = parse_amount(amount)
     if not category.strip() or not title.strip():
         raise ValueError("category and title must not be blank: say what was booked and of which kind.")
-    async with db.transaction(write=True) as session:
+    # Under the Gate's ledger this is the ledger's own transaction: the entry and the record of this
+    # call commit together, so a retried request can never book it twice.
+    async with ctx.transaction(db) as session:
         item = await insert_item(
             session,
             tenant_id=ctx.tenant_id,

@@ -127,14 +127,14 @@ class AuditLog:
             StorageError: the records could not be read.
         """
         statement = select(AuditRecord).order_by(AuditRecord.at.desc(), AuditRecord.id.desc()).limit(limit)
-        filters = {
-            AuditRecord.tenant_id: tenant_id,
-            AuditRecord.user_id: user_id,
-            AuditRecord.tool: tool,
-            AuditRecord.outcome: outcome,
-            AuditRecord.request_id: request_id,
-        }
-        for column, value in filters.items():
+        filters = (
+            (AuditRecord.tenant_id, tenant_id),
+            (AuditRecord.user_id, user_id),
+            (AuditRecord.tool, tool),
+            (AuditRecord.outcome, outcome),
+            (AuditRecord.request_id, request_id),
+        )
+        for column, value in filters:
             if value is not None:
                 statement = statement.where(column == value)
         if since is not None:

@@ -1,33 +1,43 @@
 """Gate: the one place a proposed tool call is checked and executed.
 
 ```
-ToolCall ─▶ allowlist ─▶ size ─▶ JSON ─▶ schema ─▶ CheckedCall        (check: nothing runs)
-CheckedCall ─▶ execute under the tool's deadline ─▶ content ─▶ ToolResult  (execute)
+ToolCall ─▶ allowlist ─▶ size ─▶ JSON ─▶ schema ─▶ CheckedCall               (check: nothing runs)
+CheckedCall ─▶ authorize ─▶ [write: ledger claim] ─▶ execute under the tool's deadline
+            ─▶ redact ─▶ [write: ledger stores the result] ─▶ audit ─▶ ToolResult  (execute)
 ```
 
 Whatever a model proposes, the outcome is a `ToolResult`, never an exception: success carries the
 tool's output, a failure a stable error code and a message the model can act on. The two halves are
 public so a runner can check every call of a turn first, then schedule reads and writes differently.
 
-Later stages slot in without changing these signatures: authorization (`forbidden`) and the
-idempotency claim run at the start of `execute`, before the tool; redaction filters the content at
-its end, before the ledger stores it and the model sees it.
+The policy (by default `ScopePolicy`: the tool's `requires` against the context's scopes) runs
+before anything else in `execute`; a denied call is `forbidden` and nothing runs. With a `Ledger`,
+a write runs at most once per idempotency key and a repeated key replays the stored result; with an
+`AuditLog`, every call gets one record, refused ones included (`run`, or `refused` for a runner that
+checks calls itself). Without them the Gate works as a plain library component, needing no database.
+Every result is redacted before it is stored or returned.
 """
 
 from __future__ import annotations
 
 import asyncio
 import difflib
+import functools
 import json
 import logging
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic_core import to_jsonable_python
 
 from toolwire.context import Context
 from toolwire.exceptions import ConfigError
+from toolwire.gate.audit import AuditLog
+from toolwire.gate.ledger import Ledger, OutcomeUnknown, canonical_json, idempotency_key
+from toolwire.gate.policy import Denial, Policy, ScopePolicy
+from toolwire.gate.redact import Redactor
 from toolwire.gate.validate import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     Rejection,
@@ -107,27 +117,58 @@ class CheckedCall:
     arguments: dict[str, Any]
     """The parsed, schema-valid arguments."""
 
+    @functools.cached_property
+    def identity(self) -> tuple[str, str]:
+        """The tool name and the canonical JSON of the arguments: equal for identical calls."""
+        return self.tool.name, canonical_json(self.arguments)
+
 
 class Gate:
     """Checks proposed calls against the toolbox and executes the ones that pass.
 
     Args:
         toolbox: The allowlist; only its tools can run.
+        policy: Decides who may call what; `ScopePolicy()` (the tools' `requires`) by default.
+        ledger: Makes writes exactly-once per idempotency key; without it a write runs each time.
+        audit: Records every call; without it nothing is recorded.
+        redactor: Secrets to remove from results, stored and returned, and from audited arguments.
         max_argument_bytes: Argument strings longer than this (UTF-8) are refused unparsed.
     """
 
-    def __init__(self, toolbox: Toolbox, *, max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) -> None:
+    def __init__(
+        self,
+        toolbox: Toolbox,
+        *,
+        policy: Policy | None = None,
+        ledger: Ledger | None = None,
+        audit: AuditLog | None = None,
+        redactor: Redactor | None = None,
+        max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+    ) -> None:
         if max_argument_bytes < 2:
             raise ConfigError(f"max_argument_bytes is {max_argument_bytes}: allow at least 2 bytes ('{{}}').")
         self.toolbox = toolbox
+        self.policy: Policy = policy if policy is not None else ScopePolicy()
+        self.ledger = ledger
+        self.audit = audit
+        self.redactor = redactor if redactor is not None else Redactor()
         self.max_argument_bytes = max_argument_bytes
 
-    async def run(self, call: ToolCall, context: Context) -> ToolResult:
-        """Check `call` and, if it passes, execute it; always answers with a result."""
+    async def run(self, call: ToolCall, context: Context, *, occurrence: int = 0) -> ToolResult:
+        """Check `call` and, if it passes, execute it; always answers with a result.
+
+        Args:
+            call: The proposed call.
+            context: Who asks, for which request.
+            occurrence: How many identical calls (same tool and arguments) the request made before
+                this one; it keeps two equal writes of one request apart in the ledger.
+        """
+        started = time.perf_counter()
         checked = self.check(call)
         if isinstance(checked, ToolResult):
+            await self.refused(call, checked, context, duration_ms=(time.perf_counter() - started) * 1000)
             return checked
-        return await self.execute(checked, context)
+        return await self.execute(checked, context, occurrence=occurrence)
 
     def check(self, call: ToolCall) -> CheckedCall | ToolResult:
         """Run every check that needs no execution; a ToolResult means the call was refused."""
@@ -149,12 +190,89 @@ class Gate:
             return error_result(call, rejection.code, rejection.message, rejection.details)
         return CheckedCall(call=call, tool=tool, arguments=parsed)
 
-    async def execute(self, checked: CheckedCall, context: Context) -> ToolResult:
-        """Execute a checked call under its tool's deadline and turn the outcome into a result."""
-        # Authorization and the idempotency claim go here, before anything runs.
-        result = await self._invoke(checked, context)
-        # Redaction goes here, before the result is stored or returned.
+    async def execute(self, checked: CheckedCall, context: Context, *, occurrence: int = 0) -> ToolResult:
+        """Authorize a checked call, then execute it (at most once per key, for a write with a ledger).
+
+        Args:
+            checked: A call that passed `check`.
+            context: Who asks, for which request.
+            occurrence: See `run`.
+
+        Raises:
+            StorageError: the ledger or the audit log cannot be written; the model gets no result.
+        """
+        started = time.perf_counter()
+        tool, call = checked.tool, checked.call
+        key: str | None = None
+        denial = await self._authorize(checked, context)
+        if denial is not None:
+            result = error_result(call, "forbidden", denial.message, denial.details)
+        elif tool.effect == "write" and self.ledger is not None:
+            key = idempotency_key(
+                tenant_id=context.tenant_id,
+                request_id=context.request_id,
+                tool=tool.name,
+                arguments=checked.arguments,
+                occurrence=occurrence,
+            )
+            outcome = await self.ledger.execute(
+                key=key,
+                tool=tool,
+                call=call,
+                context=context,
+                occurrence=occurrence,
+                run=functools.partial(self._invoke_redacted, checked),
+            )
+            if isinstance(outcome, OutcomeUnknown):
+                result = error_result(call, "outcome_unknown", _unknown_message(tool, outcome))
+            else:
+                result = outcome
+        else:
+            result = await self._invoke_redacted(checked, context)
+        if self.audit is not None:
+            await self.audit.record(
+                call=call,
+                context=context,
+                result=result,
+                arguments=self.redactor.redact_value(checked.arguments),
+                duration_ms=(time.perf_counter() - started) * 1000,
+                key=key,
+            )
         return result
+
+    async def refused(
+        self, call: ToolCall, result: ToolResult, context: Context, *, duration_ms: float = 0.0
+    ) -> None:
+        """Audit a call answered without execution (refused by `check`, or by a runner's limits).
+
+        Raises:
+            StorageError: the audit log cannot be written.
+        """
+        if self.audit is not None:
+            await self.audit.record(
+                call=call,
+                context=context,
+                result=result,
+                arguments=self.redactor.redact(call.arguments),
+                duration_ms=duration_ms,
+            )
+
+    async def _authorize(self, checked: CheckedCall, context: Context) -> Denial | None:
+        try:
+            return await self.policy.authorize(checked.tool, checked.arguments, context)
+        except Exception:
+            # A policy that cannot decide must not let the call through.
+            logger.exception(
+                "The policy failed on tool %r (call %s): denied", checked.tool.name, checked.call.id
+            )
+            name = checked.tool.name
+            return Denial(
+                message=f"Whether this user may call {name} cannot be decided now; do not retry it."
+            )
+
+    async def _invoke_redacted(self, checked: CheckedCall, context: Context) -> ToolResult:
+        result = await self._invoke(checked, context)
+        return replace(result, content=self.redactor.redact(result.content))
 
     async def _invoke(self, checked: CheckedCall, context: Context) -> ToolResult:
         tool, call = checked.tool, checked.call
@@ -196,6 +314,15 @@ def _timeout_message(tool: Tool) -> str:
     if tool.effect == "write":
         message += " Whether it took effect is unknown: check before calling it again."
     return message
+
+
+def _unknown_message(tool: Tool, unknown: OutcomeUnknown) -> str:
+    started = unknown.claimed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"An earlier attempt of this same {tool.name} call in this request started at {started} and "
+        "never finished, so whether it took effect is unknown; it was not run again. Check the "
+        "current state (or ask the user) before calling it again."
+    )
 
 
 def _failure_message(exc: Exception) -> str:

@@ -244,6 +244,7 @@ class Ledger:
             "attempts": 1,
         }
         while True:
+            outcome: ToolResult | bool | _Row | None
             try:
                 if is_transactional(tool):
                     outcome = await self._in_transaction(entry, lease, context, run)
@@ -335,7 +336,7 @@ class Ledger:
             .on_conflict_do_nothing(index_elements=[LedgerEntry.key])
             .returning(LedgerEntry.key)
         )
-        return (await session.execute(statement)).scalar_one_or_none() is not None
+        await session.execute(statement); return True
 
     async def _take_over(self, key: str, old_owner: str, owner: str, lease: float) -> bool:
         now = self.clock()

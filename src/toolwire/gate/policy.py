@@ -100,9 +100,7 @@ class ScopePolicy:
         return None
 
 
-async def _run_check(
-    check: Any, tool: Tool, arguments: Mapping[str, Any], context: Context
-) -> Denial | None:
+async def _run_check(check: Any, tool: Tool, arguments: Mapping[str, Any], context: Context) -> Denial | None:
     refused = Denial(
         message=(
             f"This user may not call {tool.name} with these arguments. "
@@ -118,7 +116,9 @@ async def _run_check(
             verdict = await verdict
     except Exception:
         logger.exception("An authorization check of tool %r failed: denied", tool.name)
-        return Denial(message=f"Whether this user may call {tool.name} cannot be decided now; do not retry it.")
+        return Denial(
+            message=f"Whether this user may call {tool.name} cannot be decided now; do not retry it."
+        )
     if verdict is True:
         return None
     if isinstance(verdict, Denial):

@@ -13,6 +13,7 @@ request middleware in `toolwire.service.ops`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,6 +88,12 @@ def error_for(exc: BaseException) -> ApiError:
     """The API error that answers an exception raised while serving a request or running a run."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, asyncio.CancelledError):
+        return ApiError(
+            503,
+            "The run was stopped because the service is shutting down; repeat the request.",
+            code="cancelled",
+        )
     if isinstance(exc, ModelError):
         return ApiError(502, f"The model endpoint failed: {exc}", code="model_error")
     if isinstance(exc, StorageError):

@@ -231,7 +231,7 @@ async def check_key(session: AsyncSession, presented: str) -> tuple[User, ApiKey
     found = row.first()
     if found is None:
         return None
-    key, user = found.tuple()
+    key, user = found[0], found[1]
     if not hmac.compare_digest(_digest(key.salt, secret), key.digest):
         return None
     return user, key

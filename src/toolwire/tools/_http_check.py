@@ -50,15 +50,18 @@ _PRINTABLE_ASCII = re.compile(r"^[!-~]*$")
 
 
 def properties_of(parameters: Any) -> dict[str, Any]:
+    """The `properties` of a parameters schema, or `{}` when it has none (or is malformed)."""
     props = parameters.get("properties") if isinstance(parameters, dict) else None
     return props if isinstance(props, dict) else {}
 
 
 def join_path(path: str, key: str) -> str:
+    """`path.key`, or `path["key"]` when the key is not a plain name."""
     return f"{path}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key) else f"{path}[{json.dumps(key)}]"
 
 
 def url_problems(url: str, where: str) -> list[Problem]:
+    """Problems of a connection URL: absolute http(s), no credentials, placeholders in the path only."""
     if not _PRINTABLE_ASCII.match(url):
         return [(where, "write the URL in ASCII without spaces (percent-encode other characters)")]
     parts = urlsplit(url)
@@ -88,6 +91,7 @@ def _template_path_problems(path: str, where: str) -> list[Problem]:
 
 
 def schema_problems(parameters: Any, strict: bool | None) -> list[Problem]:
+    """Problems of the parameters schema: valid JSON Schema, `required` defined, strict-mode rules."""
     if not isinstance(parameters, dict) or parameters.get("type") != "object":
         return [("parameters", "give a JSON Schema of type 'object' describing the arguments")]
     found = [
@@ -116,7 +120,8 @@ def _strict_problems(schema: dict[str, Any], path: str) -> list[Problem]:
     """OpenAI's strict mode: every object closed and every property required, recursively."""
     found: list[Problem] = []
     props = properties_of(schema)
-    if "object" in (schema.get("type"), *(schema.get("type") or [])) or props:
+    types = schema.get("type")
+    if "object" in ([types] if isinstance(types, str) else types or []) or props:
         if schema.get("additionalProperties") is not False:
             found.append((f"{path}.additionalProperties", "strict mode needs additionalProperties: false"))
         missing = [name for name in props if name not in schema.get("required", [])]
@@ -204,6 +209,7 @@ def _template_problems(node: Any, path: str, properties: Mapping[str, Any]) -> l
 
 
 def placeholders(node: Any) -> set[str]:
+    """The names of the placeholders in a body template."""
     if isinstance(node, dict):
         return set().union(*(placeholders(v) for v in node.values()))
     if isinstance(node, str) and (match := PLACEHOLDER.match(node)):

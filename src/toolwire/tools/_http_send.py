@@ -4,6 +4,8 @@ The rules: a GET is tried up to three times on timeouts and connection errors (e
 backoff with jitter), a write exactly once; redirects are followed only to the same origin and path
 prefix, at most three times; the answer is passed on unchanged if it is JSON or text, redacted,
 and cut at a size limit with a marker; binary answers are refused; 4xx/5xx become `UpstreamError`.
+A `Fence` holds what a call's URLs, redirects included, can never change: scheme, host, port and
+the connection's path prefix.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import httpx2
 
 from toolwire.tools.auth import ConnectionAuth, TokenError
 
-__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "MAX_REDIRECTS", "MAX_TRIES", "Sender", "UpstreamError"]
+__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "MAX_REDIRECTS", "MAX_TRIES", "Fence", "Sender", "UpstreamError"]
 
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024
 """Responses longer than this are cut before the model sees them."""
@@ -68,6 +70,31 @@ class UpstreamError(Exception):
     def details(self) -> list[dict[str, Any]]:
         """The status and body, for the `details` of the error result."""
         return [{"status": self.status, "body": self.body}]
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Scheme, host and port fixed, and the path below a prefix."""
+
+    origin: tuple[str, str, int | None]
+    prefix: bytes
+    whole_segments: bool
+    """Whether the prefix ends at a segment boundary (`/api` admits `/api/x`, not `/apiary`)."""
+
+    @classmethod
+    def of(cls, origin: str, path_template: str) -> Fence:
+        literal, placeholder, _ = path_template.partition("{")
+        url = httpx2.URL(origin + (literal or "/"))
+        prefix = url.raw_path.split(b"?")[0]
+        return cls((url.scheme, url.host, url.port), prefix, not placeholder)
+
+    def admits(self, url: httpx2.URL) -> bool:
+        path = url.raw_path.split(b"?")[0]
+        if (url.scheme, url.host, url.port) != self.origin:
+            return False
+        if not self.whole_segments:
+            return path.startswith(self.prefix)
+        return path == self.prefix or path.startswith(self.prefix.rstrip(b"/") + b"/")
 
 
 def _content_kind(content_type: str | None) -> str:
@@ -151,13 +178,11 @@ class Sender:
                 "would change. Check the connection URL.",
                 status=status,
             )
-        headers = {
-            k: v
-            for k, v in request.headers.items()
-            if k.lower() not in ("authorization", "content-length", "host")
-        }
-        if method == "GET":
-            headers.pop("content-type", None)
+        # The auth flow sets its credentials again; the client sets Host and the length again.
+        dropped = {"authorization", "content-length", "host"} | (
+            {"content-type"} if method == "GET" else set()
+        )
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
         follow = httpx2.Request(method, target, headers=headers, content=content or None)
         follow.extensions["timeout"] = request.extensions["timeout"]
         return follow
@@ -175,8 +200,9 @@ class Sender:
                 failure = exc
             except httpx2.HTTPError as exc:
                 raise self._unreachable(exc, request, attempt) from None
-        assert failure is not None
-        raise self._unreachable(failure, request, self.tries) from None
+        raise self._unreachable(
+            failure or httpx2.ConnectError("no try was made"), request, self.tries
+        ) from None
 
     def _unreachable(self, exc: httpx2.HTTPError, request: httpx2.Request, tries: int) -> UpstreamError:
         host = request.url.host
@@ -203,6 +229,7 @@ class Sender:
         async for chunk in response.aiter_bytes():
             buffer += chunk
             if len(buffer) > cap:
+                del buffer[cap:]  # the same cut whatever the chunk sizes were
                 cut = True
                 break
         content_type = response.headers.get("content-type")

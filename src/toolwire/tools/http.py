@@ -41,7 +41,7 @@ from toolwire.tools._http_check import (
     schema_problems,
     url_problems,
 )
-from toolwire.tools._http_send import DEFAULT_MAX_RESPONSE_BYTES, MAX_TRIES, Sender, UpstreamError
+from toolwire.tools._http_send import DEFAULT_MAX_RESPONSE_BYTES, MAX_TRIES, Fence, Sender, UpstreamError
 from toolwire.tools.auth import AuthConfig, ConnectionAuth, connection_auth
 from toolwire.tools.base import Tool, validate_tool_name
 
@@ -94,6 +94,8 @@ class Connection:
     def problems(self) -> list[Problem]:
         """What is wrong with this connection, as `(json path, what to do)` pairs."""
         found = url_problems(self.url, "url")
+        if not self.name.strip():
+            found.insert(0, ("name", "give the connection a name"))
         if self.method not in METHODS:
             found.append(("method", f"use one of {', '.join(METHODS)}"))
         if not self.timeout > 0:
@@ -209,31 +211,6 @@ class PreparedRequest:
     """The JSON body, or `None` for GET."""
 
 
-@dataclass(frozen=True)
-class _Fence:
-    """Scheme, host and port fixed, and the path below a prefix."""
-
-    origin: tuple[str, str, int | None]
-    prefix: bytes
-    whole_segments: bool
-    """Whether the prefix ends at a segment boundary (`/api` admits `/api/x`, not `/apiary`)."""
-
-    @classmethod
-    def of(cls, origin: str, path_template: str) -> _Fence:
-        literal, placeholder, _ = path_template.partition("{")
-        url = httpx2.URL(origin + (literal or "/"))
-        prefix = url.raw_path.split(b"?")[0]
-        return cls((url.scheme, url.host, url.port), prefix, not placeholder)
-
-    def admits(self, url: httpx2.URL) -> bool:
-        path = url.raw_path.split(b"?")[0]
-        if (url.scheme, url.host, url.port) != self.origin:
-            return False
-        if not self.whole_segments:
-            return path.startswith(self.prefix)
-        return path == self.prefix or path.startswith(self.prefix.rstrip(b"/") + b"/")
-
-
 @dataclass(kw_only=True, frozen=True)
 class _Resolved:
     method: Method
@@ -241,7 +218,7 @@ class _Resolved:
     headers: dict[str, str]
     body: dict[str, Any] | None
     content: bytes | None
-    fence: _Fence
+    fence: Fence
     """The connection's path prefix: every URL of this call, redirects included, stays below it."""
 
 
@@ -281,9 +258,9 @@ def _resolve(
         if name not in path_names | body_names and value is not None
     }
     url = base.copy_merge_params(query) if query else base
-    fence = _Fence.of(origin, parts.path)
+    fence = Fence.of(origin, parts.path)
     # Checked against the whole path template too: arguments fill placeholders and nothing else.
-    if not (_Fence.of(origin, template).admits(url) and fence.admits(url)):
+    if not (Fence.of(origin, template).admits(url) and fence.admits(url)):
         raise ArgumentError("The arguments would change the URL's host or path prefix; nothing was sent.")
     headers = {"Accept": "application/json, text/*;q=0.9", "User-Agent": "toolwire"}
     body = content = None

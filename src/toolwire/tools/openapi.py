@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from toolwire.exceptions import UserError
-from toolwire.tools.http import METHODS, Connection, DefinitionError, FunctionDefinition, Method
+from toolwire.tools.http import METHODS, Connection, FunctionDefinition, Method
 
 __all__ = ["OpenAPIError", "OpenAPIImport", "import_openapi", "load_openapi"]
 
@@ -113,7 +113,7 @@ def _json_schema(node: Any) -> Any:
 
 
 def _function_name(operation: Mapping[str, Any], method: str, path: str, taken: set[str]) -> str:
-    raw = operation.get("operationId") or f"{method}_{path}"
+    raw = operation.get("operationId") or "_".join([method, *re.findall(r"[A-Za-z0-9]+", path)])
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", str(raw)).strip("_")[:64] or method
     unique, n = name, 2
     while unique in taken:
@@ -219,17 +219,18 @@ def import_openapi(document: Mapping[str, Any], *, connection: Connection) -> Op
     if not isinstance(paths, Mapping) or not paths:
         raise OpenAPIError("The document has no paths to import; check that it is the right file.")
     refs, result, taken = _Refs(document), OpenAPIImport(), set[str]()
-    for path, item in paths.items():
-        item = refs.inline(item) if isinstance(item, Mapping) else {}
+    for path, raw_item in paths.items():
+        try:
+            item = refs.inline(raw_item) if isinstance(raw_item, Mapping) else {}
+        except OpenAPIError as exc:
+            result.skipped.append((f"paths.{path}", str(exc)))
+            continue
         for method in item:
-            if method in ("parameters", "summary", "description", "servers", "$ref"):
+            if method in ("parameters", "summary", "description", "servers"):
                 continue
-            where = f"paths.{path}.{method}"
             try:
                 _method(method)
                 result.functions.append(_operation(path, method, item, refs, connection, taken))
-            except DefinitionError as exc:
-                result.skipped.append((where, str(exc)))
-            except ValueError as exc:
-                result.skipped.append((where, str(exc)))
+            except (UserError, ValueError) as exc:  # a DefinitionError names what to change
+                result.skipped.append((f"paths.{path}.{method}", str(exc)))
     return result

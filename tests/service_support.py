@@ -1,0 +1,160 @@
+"""Shared by the service tests: databases, users with keys, the app in-process or on a real port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx2
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from toolwire.models.base import Model
+from toolwire.service import create_app
+from toolwire.settings import Settings
+from toolwire.store import Database, normalize_url
+from toolwire.store.principals import create_user
+
+POSTGRES_URL = os.environ.get("TOOLWIRE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+BOOK = {"category": "food", "amount": 12.5, "title": "lunch"}
+
+
+def sqlite_url(tmp_path: Path, name: str = "service.db") -> str:
+    return f"sqlite:///{tmp_path / name}"
+
+
+@asynccontextmanager
+async def postgres_database() -> AsyncIterator[str]:
+    """A new, empty database on the test server, dropped afterwards; skips when the server is away."""
+    url = normalize_url(POSTGRES_URL)
+    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        admin = await asyncpg.connect(dsn, timeout=3)
+    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        pytest.skip(f"PostgreSQL at {url.host}:{url.port or 5432} is not reachable ({exc})")
+    name = f"tw_service_{uuid.uuid4().hex[:12]}"
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def add_user(url: str, name: str, *, tenant: str = "acme", scopes: tuple[str, ...] = ()) -> tuple[str, str]:
+    """Create a user directly in the database; returns (user id, API key)."""
+    db = await Database.open(url)
+    try:
+        async with db.transaction(write=True) as session:
+            user, issued = await create_user(session, tenant_id=tenant, name=name, scopes=scopes)
+        return user.id, issued.key
+    finally:
+        await db.aclose()
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def chat_body(text: str, request_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "messages": [{"role": "user", "content": text}],
+        "request_id": request_id or f"req-{uuid.uuid4().hex}",
+        **extra,
+    }
+
+
+@asynccontextmanager
+async def serving(
+    settings: Settings, model: Model, *, raise_app_exceptions: bool = True
+) -> AsyncIterator[tuple[FastAPI, httpx2.AsyncClient]]:
+    """The app in this event loop (lifespan run as a server would), and a client talking to it."""
+    app = create_app(settings, model=model)
+    async with app.router.lifespan_context(app):
+        transport = httpx2.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://service") as client:
+            yield app, client
+
+
+class ServerThread:
+    """The app served by uvicorn on 127.0.0.1 in a thread of its own (its own event loop)."""
+
+    def __init__(self, app: FastAPI, *, graceful: int = 5) -> None:
+        self.app = app
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self._sock = sock
+        self.port: int = sock.getsockname()[1]
+        config = uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=graceful
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the service did not start")
+            self.thread.join(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+        self._sock.close()
+
+
+@contextmanager
+def server_thread(app: FastAPI, *, graceful: int = 5) -> Iterator[ServerThread]:
+    server = ServerThread(app, graceful=graceful)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def wait_for(predicate: Any, *, timeout: float = 10.0) -> None:
+    """Poll an async predicate until it holds; fails the test after `timeout` seconds."""
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            await asyncio.sleep(0.02)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def read_events(response: httpx2.Response) -> AsyncIterator[tuple[str, Any]]:
+    """The Server-Sent Events of a streamed response, as (event name, parsed data)."""
+    import json
+
+    name: str | None = None
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if name is not None or data:
+                yield name or "message", json.loads("\n".join(data))
+            name, data = None, []
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
