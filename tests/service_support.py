@@ -51,7 +51,9 @@ async def postgres_database() -> AsyncIterator[str]:
         await admin.close()
 
 
-async def add_user(url: str, name: str, *, tenant: str = "acme", scopes: tuple[str, ...] = ()) -> tuple[str, str]:
+async def add_user(
+    url: str, name: str, *, tenant: str = "acme", scopes: tuple[str, ...] = ()
+) -> tuple[str, str]:
     """Create a user directly in the database; returns (user id, API key)."""
     db = await Database.open(url)
     try:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ from service_support import (
     add_user,
     bearer,
     chat_body,
+    postgres_database,
     read_events,
-    serving,
     server_thread,
+    serving,
     sqlite_url,
     wait_for,
 )
@@ -121,10 +123,14 @@ async def test_a_repeated_request_id_gets_the_stored_outcome_and_nothing_runs_tw
     assert rows(tmp_path, "SELECT count(*) FROM items") == [(1,)]
 
 
-async def test_a_request_id_reused_for_other_messages_is_refused(settings: Settings, alice: tuple[str, str]) -> None:
+async def test_a_request_id_reused_for_other_messages_is_refused(
+    settings: Settings, alice: tuple[str, str]
+) -> None:
     async with serving(settings, FunctionModel(bookkeeper)) as (_, client):
         await client.post("/v1/chat", json=chat_body("hello", "dup"), headers=bearer(alice[1]))
-        other = await client.post("/v1/chat", json=chat_body("something else", "dup"), headers=bearer(alice[1]))
+        other = await client.post(
+            "/v1/chat", json=chat_body("something else", "dup"), headers=bearer(alice[1])
+        )
 
     assert other.status_code == 422
     assert other.json()["error"]["code"] == "request_id_reused"
@@ -142,7 +148,9 @@ async def test_a_concurrent_duplicate_gets_409_then_the_stored_outcome(
 
     model = FunctionModel(slow)
     async with serving(settings, model) as (_, client):
-        first = asyncio.create_task(client.post("/v1/chat", json=chat_body("hi", "r"), headers=bearer(alice[1])))
+        first = asyncio.create_task(
+            client.post("/v1/chat", json=chat_body("hi", "r"), headers=bearer(alice[1]))
+        )
 
         async def started() -> bool:
             return len(model.requests) == 1
@@ -176,7 +184,9 @@ async def test_a_second_message_while_the_conversation_is_busy_gets_409(
         start = (await client.post("/v1/chat", json=chat_body("hi"), headers=bearer(alice[1]))).json()
         conversation = start["conversation_id"]
         slow = asyncio.create_task(
-            client.post("/v1/chat", json=chat_body("one", conversation_id=conversation), headers=bearer(alice[1]))
+            client.post(
+                "/v1/chat", json=chat_body("one", conversation_id=conversation), headers=bearer(alice[1])
+            )
         )
 
         async def started() -> bool:
@@ -248,7 +258,9 @@ async def test_a_stream_sends_text_deltas_each_call_and_then_the_final_object(
     assert stored.json() == final
 
 
-async def test_a_replayed_stream_carries_the_stored_outcome(settings: Settings, alice: tuple[str, str]) -> None:
+async def test_a_replayed_stream_carries_the_stored_outcome(
+    settings: Settings, alice: tuple[str, str]
+) -> None:
     app = create_app(settings, model=FunctionModel(bookkeeper))
     with server_thread(app) as server:
         async with httpx2.AsyncClient(base_url=server.url, timeout=10) as client:
@@ -262,7 +274,9 @@ async def test_a_replayed_stream_carries_the_stored_outcome(settings: Settings, 
     assert replayed == "true"
 
 
-async def test_a_model_failure_mid_stream_ends_with_an_error_event(settings: Settings, alice: tuple[str, str]) -> None:
+async def test_a_model_failure_mid_stream_ends_with_an_error_event(
+    settings: Settings, alice: tuple[str, str]
+) -> None:
     def broken(request: ModelRequest) -> str:
         raise ModelHTTPError("The endpoint answered 503.", status_code=503)
 
@@ -318,7 +332,9 @@ async def test_a_client_leaving_mid_stream_leaves_a_finished_run_and_no_half_wri
     assert [m["role"] for m in json.loads(transcript)][-3:] == ["assistant", "tool", "assistant"]
 
 
-async def test_stopping_the_server_lets_a_running_stream_finish(settings: Settings, alice: tuple[str, str]) -> None:
+async def test_stopping_the_server_lets_a_running_stream_finish(
+    settings: Settings, alice: tuple[str, str]
+) -> None:
     answer_now = threading.Event()
 
     async def slow(request: ModelRequest) -> str:
@@ -346,3 +362,88 @@ async def test_stopping_the_server_lets_a_running_stream_finish(settings: Settin
     assert events[-1][0] == "done"
     assert events[-1][1]["answer"] == "finished in time"
     assert not running.thread.is_alive()
+
+
+# --- several servers, one database ------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        yield sqlite_url(tmp_path)
+        return
+    async with postgres_database() as url:
+        yield url
+
+
+async def test_two_servers_on_one_database_run_a_duplicate_once(shared_url: str) -> None:
+    _, key = await add_user(shared_url, "alice")
+    release = asyncio.Event()
+
+    async def slow(request: ModelRequest) -> str:
+        await release.wait()
+        return "once"
+
+    first_model, second_model = FunctionModel(slow), FunctionModel(slow)
+    settings = Settings(database_url=shared_url)
+    async with serving(settings, first_model) as (_, first), serving(settings, second_model) as (_, second):
+        body = chat_body("hi", "across-servers")
+        racing = [
+            asyncio.create_task(c.post("/v1/chat", json=body, headers=bearer(key))) for c in (first, second)
+        ]
+
+        async def one_started() -> bool:
+            return len(first_model.requests) + len(second_model.requests) == 1
+
+        await wait_for(one_started)
+
+        async def one_answered() -> bool:
+            return any(task.done() for task in racing)
+
+        await wait_for(one_answered)  # the duplicate is answered while the first still runs
+        release.set()
+        answers = await asyncio.gather(*racing)
+        later = [await c.post("/v1/chat", json=body, headers=bearer(key)) for c in (first, second)]
+
+    assert sorted(a.status_code for a in answers) == [200, 409]
+    assert len(first_model.requests) + len(second_model.requests) == 1
+    winner = next(a for a in answers if a.status_code == 200)
+    assert [a.json() for a in later] == [winner.json(), winner.json()]
+
+
+async def test_a_conversation_started_on_one_server_continues_on_another(shared_url: str) -> None:
+    _, key = await add_user(shared_url, "alice")
+    model = FunctionModel(bookkeeper)
+    settings = Settings(database_url=shared_url)
+    async with (
+        serving(settings, FunctionModel(bookkeeper)) as (_, first),
+        serving(settings, model) as (_, second),
+    ):
+        started = (await first.post("/v1/chat", json=chat_body("Book lunch"), headers=bearer(key))).json()
+        body = chat_body("And now?", conversation_id=started["conversation_id"])
+        continued = await second.post("/v1/chat", json=body, headers=bearer(key))
+
+    assert continued.status_code == 200
+    seen = model.requests[-1].transcript
+    assert [m.content for m in seen if isinstance(m, UserMessage)] == ["Book lunch", "And now?"]
+
+
+def test_a_transcript_survives_the_store_and_a_damaged_one_is_a_storage_error() -> None:
+    from toolwire.exceptions import StorageError
+    from toolwire.messages import SystemMessage, ToolCall
+    from toolwire.store.transcripts import dump_transcript, load_transcript
+
+    transcript = (
+        SystemMessage(content="be brief"),
+        UserMessage(content="Book lunch"),
+        AssistantMessage(text=None, tool_calls=(ToolCall(id="c1", name="create_item", arguments='{"a": 1'),)),
+        ToolResult(
+            call_id="c1", name="create_item", content='{"error": {}}', code="invalid_json", replayed=True
+        ),
+        AssistantMessage(text="Could not book it."),
+    )
+    stored = json.loads(json.dumps(dump_transcript(transcript)))
+
+    assert load_transcript(stored) == transcript
+    with pytest.raises(StorageError, match="start a new conversation"):
+        load_transcript([{"role": "wizard", "content": "?"}])

@@ -32,10 +32,10 @@ from ledger_worker import (
     postgres_schema,
     send_note,
 )
-from toolwire.cli.chat import result_json
 from toolwire.context import Context
 from toolwire.gate import Gate, Ledger
 from toolwire.messages import ToolCall
+from toolwire.results import result_json
 from toolwire.store import Database, Item, migrate
 from toolwire.store.tables_ledger import AuditRecord, LedgerEntry
 from toolwire.tools import Toolbox

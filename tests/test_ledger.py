@@ -19,7 +19,7 @@ from sqlalchemy import select
 from ledger_worker import POSTGRES_URL, PostgresUnavailable, database, postgres_schema
 from toolwire.context import Context
 from toolwire.demo.bookkeeping import insert_item
-from toolwire.exceptions import ConfigError
+from toolwire.exceptions import ConfigError, ToolDefinitionError
 from toolwire.gate import Gate, Ledger, idempotency_key, transactional
 from toolwire.gate.ledger import canonical_json, is_transactional
 from toolwire.gate.redact import Redactor
@@ -177,7 +177,7 @@ def test_only_writes_can_be_transactional() -> None:
         """
         return q
 
-    with pytest.raises(ConfigError, match="only write tools can be transactional"):
+    with pytest.raises(ToolDefinitionError, match="only write tools can be transactional"):
         transactional(look)
     assert not is_transactional(look)
 
@@ -411,6 +411,82 @@ async def test_a_failed_retry_safe_write_releases_its_claim(db: Database) -> Non
 
     retried = await gate.run(make_call("send", {"to": "bob"}, id="call_2"), context)
     assert (retried.code, retried.replayed, len(recorder.runs)) == (None, False, 2)
+
+
+class ApiDown(Exception):
+    """What an HTTP function raises for an error status: the Gate's code and the details."""
+
+    code = "upstream_error"
+    details = ({"status": 503, "body": "try later"},)
+
+
+@pytest.mark.parametrize("retry_safe", [False, True])
+async def test_an_upstream_error_is_stored_unless_the_write_is_retry_safe(
+    db: Database, retry_safe: bool
+) -> None:
+    keys: list[str] = []
+
+    @tool(effect="write", retry_safe=retry_safe)
+    async def create_ticket(ctx: Context, title: str) -> str:
+        """Open a ticket.
+
+        Args:
+            ctx: The run's context.
+            title: What about.
+        """
+        keys.append(ctx.extra["idempotency_key"])
+        raise ApiDown("the API answered 503")
+
+    gate = Gate(Toolbox([create_ticket]), ledger=Ledger(db))
+    context = Context(request_id="req-1")
+    failed = await gate.run(make_call("create_ticket", {"title": "x"}), context)
+    again = await gate.run(make_call("create_ticket", {"title": "x"}, id="call_2"), context)
+
+    assert failed.code == "upstream_error"
+    assert json.loads(failed.content)["error"]["details"] == [{"status": 503, "body": "try later"}]
+    if retry_safe:  # sent again, with the same key, for the API to deduplicate
+        assert (again.replayed, len(keys), keys[0] == keys[1]) == (False, 2, True)
+    else:
+        assert (again.replayed, again.content, len(keys)) == (True, failed.content, 1)
+
+
+async def test_a_write_finds_its_key_in_the_context_with_or_without_a_ledger(db: Database) -> None:
+    keys: list[str | None] = []
+
+    @tool(effect="write")
+    async def create_ticket(ctx: Context, title: str) -> str:
+        """Open a ticket.
+
+        Args:
+            ctx: The run's context.
+            title: What about.
+        """
+        keys.append(ctx.extra.get("idempotency_key"))
+        return "opened"
+
+    @tool
+    async def find_ticket(ctx: Context, title: str) -> str:
+        """Find a ticket.
+
+        Args:
+            ctx: The run's context.
+            title: What about.
+        """
+        keys.append(ctx.extra.get("idempotency_key"))
+        return "found"
+
+    context = Context(request_id="req-1", tenant_id="acme", extra={"db": db})
+    expected = idempotency_key(
+        tenant_id="acme", request_id="req-1", tool="create_ticket", arguments={"title": "x"}, occurrence=0
+    )
+    for gate in (
+        Gate(Toolbox([create_ticket, find_ticket]), ledger=Ledger(db)),
+        Gate(Toolbox([create_ticket, find_ticket])),
+    ):
+        await gate.run(make_call("create_ticket", {"title": "x"}, id="c1"), context)
+        await gate.run(make_call("find_ticket", {"title": "x"}, id="c2"), context)
+    assert keys == [expected, None, expected, None]
+    assert context.extra == {"db": db}  # the caller's context is left as it was
 
 
 # --- claims left by dead attempts -----------------------------------------------------------------

@@ -1,14 +1,19 @@
-"""The bookkeeping assistant put together: model from settings, tools, database, system prompt.
+"""The assistant put together: model from settings, tools, database, system prompt.
 
 The CLI and the service both start here, so `toolwire chat` and `POST /v1/chat` run the same thing.
+The tools are the bookkeeping tools and the HTTP functions stored for the tenant (see
+`toolwire.tools.registry`); every HTTP function calls out through one shared `httpx2.AsyncClient`,
+closed when the assistant is.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+import httpx2
 
 from toolwire.context import Context
 from toolwire.exceptions import ConfigError
@@ -16,8 +21,11 @@ from toolwire.models.base import Model
 from toolwire.runner import Runner
 from toolwire.settings import Settings
 from toolwire.store import Database, default_database_url
+from toolwire.store.secrets import SecretBox
+from toolwire.tools import Tool, Toolbox
+from toolwire.tools.registry import FunctionRegistry
 
-__all__ = ["Assistant", "build_model", "open_assistant"]
+__all__ = ["Assistant", "build_model", "function_registry", "open_assistant"]
 
 
 def build_model(settings: Settings) -> Model:
@@ -52,34 +60,112 @@ def build_model(settings: Settings) -> Model:
     return LocalModel(path=settings.local_model)
 
 
+def function_registry(db: Database, secrets: SecretBox | None = None) -> FunctionRegistry:
+    """The registry of stored HTTP functions on `db`, refusing the built-in tools' names.
+
+    Args:
+        db: The database.
+        secrets: The key for credentials; `TOOLWIRE_SECRET_KEY` or the key file when `None`.
+    """
+    from toolwire.demo.bookkeeping import bookkeeping_toolbox
+
+    return FunctionRegistry(db, secrets or SecretBox.from_env(), reserved=bookkeeping_toolbox().names)
+
+
+def _system_prompt(functions: Sequence[Tool]) -> Callable[[Context], str]:
+    from toolwire.demo.bookkeeping import system_prompt
+
+    names = ", ".join(tool.name for tool in functions)
+
+    def prompt(context: Context) -> str:
+        text = system_prompt(context.current_time())
+        if names:
+            text += (
+                f"\nYou can also act on connected systems with the functions {names}: call one when "
+                "the user asks for what its description says, and report what the system answered "
+                "(an id it assigned, or its error message)."
+            )
+        return text
+
+    return prompt
+
+
+async def _runner(model: Model, functions: Sequence[Tool]) -> Runner:
+    from toolwire.demo.bookkeeping import bookkeeping_toolbox
+
+    toolbox = bookkeeping_toolbox().merged(Toolbox(functions))
+    return Runner(model, toolbox, system_prompt=_system_prompt(functions))
+
+
 @dataclass(kw_only=True)
 class Assistant:
-    """A runner over the bookkeeping tools, with the database its tools use."""
+    """A runner over the bookkeeping tools and a tenant's stored functions, with what they use."""
 
     runner: Runner
+    """The runner of the tenant the assistant was opened for."""
     db: Database
     settings: Settings
+    registry: FunctionRegistry
+    """The stored HTTP functions and connections."""
+    http: httpx2.AsyncClient
+    """The one client every HTTP function calls out through."""
+    tenant_id: str = "default"
+    """The tenant whose functions `runner` offers."""
     extra: dict[str, Any] = field(default_factory=dict)
+    _runners: dict[str, tuple[tuple[Any, ...], Runner]] = field(default_factory=dict, repr=False)
 
     def context(self, **values: Any) -> Context:
         """A Context for one request, carrying the database to the tools."""
         extra = {"db": self.db, **self.extra, **values.pop("extra", {})}
+        values.setdefault("tenant_id", self.tenant_id)
         return Context(extra=extra, **values)
+
+    async def runner_for(self, tenant_id: str) -> Runner:
+        """A runner offering the bookkeeping tools and `tenant_id`'s functions as they are stored now.
+
+        It is rebuilt only when the tenant's functions or connections changed since the last call.
+
+        Raises:
+            SecretKeyError: the tenant's credentials cannot be decrypted with the configured key.
+        """
+        version = await self.registry.version(tenant_id)
+        cached = self._runners.get(tenant_id)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        functions = await self.registry.load_tools(tenant_id, self.http)
+        runner = await _runner(self.runner.model, functions)
+        self._runners[tenant_id] = (version, runner)
+        return runner
 
 
 @asynccontextmanager
-async def open_assistant(settings: Settings, *, model: Model | None = None) -> AsyncIterator[Assistant]:
-    """Open the database (migrating it), build the model and the tools, and close them afterwards."""
-    from toolwire.demo.bookkeeping import bookkeeping_toolbox, system_prompt
+async def open_assistant(
+    settings: Settings, *, model: Model | None = None, tenant_id: str = "default"
+) -> AsyncIterator[Assistant]:
+    """Open the database (migrating it), build the model and the tools, and close them afterwards.
 
+    Args:
+        settings: The configuration.
+        model: The model to use instead of the one the settings name.
+        tenant_id: The tenant whose stored HTTP functions `Assistant.runner` offers.
+
+    Raises:
+        ConfigError: no model is configured, or the stored credentials cannot be decrypted.
+        StorageError: the database cannot be opened or migrated.
+    """
     db = await Database.open(settings.database_url or default_database_url())
     try:
         model = model or build_model(settings)
         try:
-            runner = Runner(
-                model, bookkeeping_toolbox(), system_prompt=lambda ctx: system_prompt(ctx.current_time())
-            )
-            yield Assistant(runner=runner, db=db, settings=settings)
+            async with httpx2.AsyncClient() as http:
+                registry = function_registry(db)
+                version = await registry.version(tenant_id)
+                runner = await _runner(model, await registry.load_tools(tenant_id, http))
+                assistant = Assistant(
+                    runner=runner, db=db, settings=settings, registry=registry, http=http, tenant_id=tenant_id
+                )
+                assistant._runners[tenant_id] = (version, runner)
+                yield assistant
         finally:
             await model.aclose()
     finally:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from toolwire.cli.audit import audit
 from toolwire.cli.chat import chat, demo
+from toolwire.cli.conformance import conformance
+from toolwire.cli.connections import connections_app
+from toolwire.cli.functions import functions_app
 from toolwire.cli.serve import serve
 from toolwire.cli.users import users_app
 
@@ -19,8 +23,12 @@ app = typer.Typer(
 )
 app.command()(chat)
 app.command()(demo)
+app.command()(conformance)
+app.command()(audit)
 app.command()(serve)
 app.add_typer(users_app, name="users")
+app.add_typer(connections_app, name="connections")
+app.add_typer(functions_app, name="functions")
 
 
 def main() -> None:

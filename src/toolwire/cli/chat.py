@@ -1,4 +1,9 @@
-"""`toolwire chat` and `toolwire demo`: talk to the assistant from a terminal."""
+"""`toolwire chat` and `toolwire demo`: talk to the assistant from a terminal.
+
+`toolwire demo` starts the demo tickets API on 127.0.0.1, registers its connection and functions for
+the default tenant (replacing earlier ones), and asks the assistant to book an expense and to open a
+ticket, showing each call and answer.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,15 @@ from toolwire.results import result_json
 
 if TYPE_CHECKING:
     from toolwire.assistant import Assistant
+    from toolwire.demo.tickets import TicketsServer
     from toolwire.messages import Message
     from toolwire.runner import RunResult
+    from toolwire.settings import Settings
 
 __all__ = ["chat", "demo", "result_json"]
 
 DEMO_QUESTION = "Book 12.50 for lunch in category food"
+TICKET_QUESTION = "Open a high-priority ticket: the user cannot log in"
 
 
 def _fail(message: str) -> typer.Exit:
@@ -121,12 +129,12 @@ def _run(coro: Any) -> None:
 def chat(
     message: Annotated[str | None, typer.Argument(help="Ask once; without it, start a conversation.")] = None,
     base_url: Annotated[
-        str | None, typer.Option(help="OpenAI-compatible endpoint [env TOOLWIRE_BASE_URL].")
+        str | None, typer.Option(help="OpenAI-compatible endpoint (env TOOLWIRE_BASE_URL).")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model name [env TOOLWIRE_MODEL].")] = None,
-    api_key: Annotated[str | None, typer.Option(help="API key [env TOOLWIRE_API_KEY].")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name (env TOOLWIRE_MODEL).")] = None,
+    api_key: Annotated[str | None, typer.Option(help="API key (env TOOLWIRE_API_KEY).")] = None,
     route: Annotated[
-        str | None, typer.Option(help="chat, responses, auto or jsonplan [env TOOLWIRE_ROUTE].")
+        str | None, typer.Option(help="chat, responses, auto or jsonplan (env TOOLWIRE_ROUTE).")
     ] = None,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Show text as it arrives.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per answer.")] = False,
@@ -140,10 +148,62 @@ def chat(
 
 
 def demo(
-    message: Annotated[str, typer.Argument(help="What to ask.")] = DEMO_QUESTION,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    message: Annotated[
+        str | None, typer.Argument(help="What to ask; without it, the two demo questions.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per answer.")] = False,
 ) -> None:
-    """Ask the bookkeeping assistant to book an expense, and show the call it made."""
-    if not as_json:
-        typer.echo(f"you> {message}")
-    _run(_session({}, message, stream=True, as_json=as_json, request_id=None))
+    """Start the demo tickets API, register its functions, then book an expense and open a ticket."""
+    import secrets
+    from pathlib import Path
+
+    import platformdirs
+
+    from toolwire.demo.tickets import TicketsServer
+
+    questions = [message] if message else [DEMO_QUESTION, TICKET_QUESTION]
+    folder = Path(platformdirs.user_data_dir("toolwire"))
+    folder.mkdir(parents=True, exist_ok=True)
+    # A new token each time: the demo API accepts only the credential its stored connection holds.
+    token = secrets.token_urlsafe(24)
+    _run(_demo(TicketsServer(folder / "tickets.db", token=token), token, questions, as_json=as_json))
+
+
+async def _register_tickets(settings: Settings, base_url: str, token: str) -> None:
+    """Store the tickets API's connection and functions for the default tenant, replacing older ones."""
+    from toolwire.assistant import function_registry
+    from toolwire.demo.tickets import tickets_functions
+    from toolwire.store import Database
+
+    db = await Database.open(settings.database_url)
+    try:
+        registry = function_registry(db)
+        connection, functions = tickets_functions(base_url, token)
+        await registry.add_connection("default", connection, replace=True)
+        await registry.add_functions("default", functions, replace=True)
+    finally:
+        await db.aclose()
+
+
+async def _demo(server: TicketsServer, token: str, questions: list[str], *, as_json: bool) -> None:
+    from rich.console import Console
+
+    from toolwire.assistant import open_assistant
+    from toolwire.settings import Settings
+
+    settings = Settings.from_env()
+    await asyncio.to_thread(server.start)
+    try:
+        await _register_tickets(settings, server.base_url, token)
+        if not as_json:
+            Console(stderr=True, highlight=False).print(
+                f"[dim]Tickets API on {server.base_url}; "
+                "its connection and functions create_ticket, list_tickets, get_ticket are registered.[/]"
+            )
+        async with open_assistant(settings) as assistant:
+            for question in questions:
+                if not as_json:
+                    typer.echo(f"you> {question}")
+                await _ask(assistant, question, (), stream=True, as_json=as_json, request_id=_request_id())
+    finally:
+        await asyncio.to_thread(server.stop)

@@ -145,7 +145,10 @@ def list_(
             ", ".join(working) or "-",
             user["created_at"][:19].replace("T", " "),
         )
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 200  # piped or captured: keep ids whole rather than wrapped at 80 columns
+    console.print(table)
 
 
 @users_app.command("remove")

@@ -35,7 +35,13 @@ from pydantic_core import to_jsonable_python
 from toolwire.context import Context
 from toolwire.exceptions import ConfigError
 from toolwire.gate.audit import AuditLog
-from toolwire.gate.ledger import Ledger, OutcomeUnknown, canonical_json, idempotency_key
+from toolwire.gate.ledger import (
+    IDEMPOTENCY_KEY,
+    Ledger,
+    OutcomeUnknown,
+    canonical_json,
+    idempotency_key,
+)
 from toolwire.gate.policy import Denial, Policy, ScopePolicy
 from toolwire.gate.redact import Redactor
 from toolwire.gate.validate import (
@@ -82,6 +88,8 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
 """Every code a ToolResult can carry. Only `timeout`, `upstream_error` and `tool_error` mean a tool ran."""
 
 _MAX_ERROR_MESSAGE = 2000
+# Codes a tool's exception may carry in its `code` attribute (with `details`), instead of tool_error.
+_RAISED_CODES: frozenset[str] = frozenset({"upstream_error", "timeout"})
 _MAX_LISTED_NAMES = 50
 
 
@@ -207,7 +215,7 @@ class Gate:
         denial = await self._authorize(checked, context)
         if denial is not None:
             result = error_result(call, "forbidden", denial.message, denial.details)
-        elif tool.effect == "write" and self.ledger is not None:
+        elif tool.effect == "write":
             key = idempotency_key(
                 tenant_id=context.tenant_id,
                 request_id=context.request_id,
@@ -215,18 +223,9 @@ class Gate:
                 arguments=checked.arguments,
                 occurrence=occurrence,
             )
-            outcome = await self.ledger.execute(
-                key=key,
-                tool=tool,
-                call=call,
-                context=context,
-                occurrence=occurrence,
-                run=functools.partial(self._invoke_redacted, checked),
-            )
-            if isinstance(outcome, OutcomeUnknown):
-                result = error_result(call, "outcome_unknown", _unknown_message(tool, outcome))
-            else:
-                result = outcome
+            # The tool sees its key too: an HTTP function sends it on as `Idempotency-Key`.
+            keyed = replace(context, extra={**context.extra, IDEMPOTENCY_KEY: key})
+            result = await self._execute_write(checked, keyed, key, occurrence)
         else:
             result = await self._invoke_redacted(checked, context)
         if self.audit is not None:
@@ -239,6 +238,23 @@ class Gate:
                 key=key,
             )
         return result
+
+    async def _execute_write(
+        self, checked: CheckedCall, context: Context, key: str, occurrence: int
+    ) -> ToolResult:
+        if self.ledger is None:
+            return await self._invoke_redacted(checked, context)
+        outcome = await self.ledger.execute(
+            key=key,
+            tool=checked.tool,
+            call=checked.call,
+            context=context,
+            occurrence=occurrence,
+            run=functools.partial(self._invoke_redacted, checked),
+        )
+        if isinstance(outcome, OutcomeUnknown):
+            return error_result(checked.call, "outcome_unknown", _unknown_message(checked.tool, outcome))
+        return outcome
 
     async def refused(
         self, call: ToolCall, result: ToolResult, context: Context, *, duration_ms: float = 0.0
@@ -287,6 +303,11 @@ class Gate:
             if isinstance(exc, TimeoutError) and deadline.expired():
                 logger.warning("Tool %r timed out after %ss (call %s)", tool.name, tool.timeout, call.id)
                 return error_result(call, "timeout", _timeout_message(tool))
+            code = getattr(exc, "code", None)
+            if code in _RAISED_CODES:
+                # An HTTP function's failure says itself what it was (status and body in details).
+                logger.warning("Tool %r failed with %s (call %s): %s", tool.name, code, call.id, exc)
+                return error_result(call, code, _failure_message(exc), getattr(exc, "details", ()))
             logger.exception("Tool %r failed (call %s)", tool.name, call.id)
             return error_result(call, "tool_error", _failure_message(exc))
         return ToolResult(call_id=call.id, name=call.name, content=content)

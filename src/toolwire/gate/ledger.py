@@ -1,37 +1,32 @@
 """The idempotency ledger: a write runs once per key, and a repeated key gets the stored result.
 
-A write's key is derived from the application's request id and the call's identity (tool name,
-canonical arguments, occurrence number among identical calls of the request), never from the model's
-call id, which changes when the model is asked again. `Ledger.execute` claims the key, runs the tool,
-and stores the result before anyone sees it; the same key again replays the stored result, marked
-`replayed`. A claim is one INSERT on the table's unique key (`ledger.key`), so two concurrent claims
-of one key execute once, across tasks, processes and hosts, on SQLite and on PostgreSQL. It uses
-`INSERT ... ON CONFLICT DO NOTHING` rather than catching the integrity error: the same atomic claim,
-without the aborted transaction PostgreSQL leaves after a failed INSERT.
+A write's key comes from the application's request id and the call's identity (tool name, canonical
+arguments, occurrence among identical calls of the request), never from the model's call id, which
+changes when the model is asked again. `Ledger.execute` claims the key, runs the tool and stores the
+result before anyone sees it; the key again replays the stored result, marked `replayed`. A claim is
+one `INSERT ... ON CONFLICT DO NOTHING` on the unique `ledger.key` (atomic like catching the
+integrity error, without the aborted transaction PostgreSQL leaves after one), so concurrent claims
+of one key execute once, across tasks, processes and hosts, on SQLite and on PostgreSQL.
 
-Two ways to run a write:
-
-- **Transactional** (a tool marked with `transactional`, whose writes all go through
+- **Transactional** writes (marked with `transactional`; every effect goes through
   `Context.transaction(db)` to the ledger's database): the claim, the tool's writes and the stored
   result are ONE transaction. A crash rolls all of it back, so the retried request runs the write
-  (once) instead of finding a half-done one. A concurrent claimer waits on the unique index
-  (PostgreSQL) or the write lock (SQLite) until the first commits, then replays.
-- **Claimed** (every other write: HTTP functions, tools writing elsewhere): the claim commits as
-  `in_flight` first, with a lease of the tool's timeout plus a margin; the tool runs; the result is
-  stored as `done`. A concurrent claimer polls (with backoff) until `done` and replays. A claim still
-  `in_flight` after its lease was left by an attempt that died: its outcome is unknown, so the call
-  is answered `outcome_unknown` instead of running again, unless the tool is `retry_safe` (it
-  deduplicates downstream, as an HTTP function sending the key as `Idempotency-Key` does); then the
-  claim is taken over with one atomic UPDATE naming the dead owner, and the tool runs again.
+  once instead of finding it half done. A concurrent claimer waits on the unique index (PostgreSQL)
+  or the write lock (SQLite) until the first commits, then replays.
+- **Claimed** writes (all others: HTTP functions, tools writing elsewhere): the claim commits as
+  `in_flight` with a lease (the tool's timeout plus a margin), the tool runs, the result is stored as
+  `done`. A concurrent claimer polls with backoff until `done` and replays. A claim still in flight
+  after its lease was left by an attempt that died, its outcome unknown: the call is answered
+  `outcome_unknown` rather than run again, unless the tool is `retry_safe` (it deduplicates
+  downstream, as an HTTP function sending the key as `Idempotency-Key` does); then one atomic UPDATE
+  naming the dead owner takes the claim over and the tool runs again.
 
 Failures, a deliberate choice: a failed write that may have taken effect (`tool_error`, `timeout`,
 `upstream_error` of a claimed write) is stored like a success, so a retry returns the same failure
-rather than risking a second effect. A failure that provably left nothing behind is not stored,
-because a retried request usually means "try again": a transactional write that fails is rolled back
-with its claim, and a retry-safe write that fails releases its claim.
-
-Lease times compare wall clocks: hosts sharing one database need synchronized clocks (NTP), which
-the margin (30 s by default) covers.
+instead of risking a second effect. A failure that provably left nothing behind is not stored, as a
+retried request usually means "try again": a failed transactional write rolls back with its claim,
+and a failed retry-safe write releases its claim. Leases compare wall clocks: hosts sharing a
+database need synchronized clocks, within the margin (30 s by default).
 """
 
 from __future__ import annotations
@@ -52,7 +47,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from toolwire.context import Context, StoreTransaction
-from toolwire.exceptions import ConfigError, StorageError
+from toolwire.exceptions import ConfigError, StorageError, ToolDefinitionError
 from toolwire.messages import ToolCall, ToolResult
 from toolwire.store.db import Database
 from toolwire.store.tables import utc_now
@@ -61,6 +56,7 @@ from toolwire.tools.base import Tool
 
 __all__ = [
     "DONE",
+    "IDEMPOTENCY_KEY",
     "IN_FLIGHT",
     "TRANSACTIONAL",
     "Ledger",
@@ -77,6 +73,8 @@ IN_FLIGHT = "in_flight"
 """A claimed write that has not stored its result yet."""
 DONE = "done"
 """A write whose result is stored; the key replays it."""
+IDEMPOTENCY_KEY = "idempotency_key"
+"""The `Context.extra` key under which a write's handler finds its idempotency key."""
 TRANSACTIONAL = "transactional"
 """The `Tool.metadata` key that marks a write whose effects all go through `Context.transaction`."""
 
@@ -101,7 +99,7 @@ def transactional(tool: Tool) -> Tool:
         ```
     """
     if tool.effect != "write":
-        raise ConfigError(f"Tool {tool.name!r} is a read: only write tools can be transactional.")
+        raise ToolDefinitionError(f"Tool {tool.name!r} is a read: only write tools can be transactional.")
     tool.metadata[TRANSACTIONAL] = True
     return tool
 
@@ -265,7 +263,7 @@ class Ledger:
                 if now >= outcome.lease_expires_at:
                     if not tool.retry_safe:
                         return OutcomeUnknown(key=key, claimed_at=outcome.created_at)
-                    if await self._take_over(key, outcome.owner, owner, lease):
+                    if await self._retrying(self._take_over, key, outcome.owner, owner, lease):
                         return await self._run_claimed(key, owner, tool, context, run)
                     continue  # another attempt took it over first: look again
             if time.monotonic() > give_up:
@@ -273,11 +271,6 @@ class Ledger:
                 return OutcomeUnknown(key=key, claimed_at=claimed)
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.max_poll_interval)
-
-    async def entry(self, key: str) -> LedgerEntry | None:
-        """The ledger row of `key`, or `None`; for inspection and tests."""
-        async with self.db.transaction() as session:
-            return await session.get(LedgerEntry, key)
 
     # --- the steps -----------------------------------------------------------------------------
 
@@ -319,11 +312,7 @@ class Ledger:
             await self._retrying(self._release, key, owner)
             return result
         if not await self._retrying(self._finish_claimed, key, owner, result):
-            logger.warning(
-                "The claim %s of tool %r expired and was taken over before its result was stored",
-                key,
-                tool.name,
-            )
+            logger.warning("The claim %s of %r was taken over before its result was stored", key, tool.name)
         return result
 
     async def _insert(self, session: AsyncSession, entry: dict[str, Any], lease: float) -> bool:
@@ -336,24 +325,18 @@ class Ledger:
             .on_conflict_do_nothing(index_elements=[LedgerEntry.key])
             .returning(LedgerEntry.key)
         )
-        await session.execute(statement); return True
+        return (await session.execute(statement)).scalar_one_or_none() is not None
 
     async def _take_over(self, key: str, old_owner: str, owner: str, lease: float) -> bool:
         now = self.clock()
         async with self.db.transaction(write=True) as session:
+            # Only the dead owner's claim, only after its lease: two takers cannot both succeed.
+            held = (LedgerEntry.key == key, LedgerEntry.state == IN_FLIGHT, LedgerEntry.owner == old_owner)
+            expiry = now + dt.timedelta(seconds=lease)
             taken = await session.execute(
                 update(LedgerEntry)
-                .where(
-                    LedgerEntry.key == key,
-                    LedgerEntry.state == IN_FLIGHT,
-                    LedgerEntry.owner == old_owner,
-                    LedgerEntry.lease_expires_at < now,
-                )
-                .values(
-                    owner=owner,
-                    lease_expires_at=now + dt.timedelta(seconds=lease),
-                    attempts=LedgerEntry.attempts + 1,
-                )
+                .where(*held, LedgerEntry.lease_expires_at < now)
+                .values(owner=owner, lease_expires_at=expiry, attempts=LedgerEntry.attempts + 1)
                 .returning(LedgerEntry.key)
             )
             return taken.scalar_one_or_none() is not None
@@ -372,11 +355,8 @@ class Ledger:
             return gone.scalar_one_or_none() is not None
 
     async def _retrying(self, step: Callable[..., Awaitable[bool]], *args: Any) -> bool:
-        """Run a short write step, waiting out SQLite lock contention for up to a minute.
-
-        The tool has already run: giving up early would lose its result and leave the claim to
-        expire into `outcome_unknown`.
-        """
+        # Short write steps wait out SQLite lock contention for up to a minute: after the tool ran,
+        # giving up early would lose its result and leave the claim to expire as outcome_unknown.
         give_up = time.monotonic() + 60.0
         delay = self.poll_interval
         while True:
@@ -394,28 +374,9 @@ class Ledger:
 
 
 async def _read(session: AsyncSession, key: str) -> _Row | None:
-    found = await session.execute(
-        select(
-            LedgerEntry.state,
-            LedgerEntry.owner,
-            LedgerEntry.lease_expires_at,
-            LedgerEntry.created_at,
-            LedgerEntry.content,
-            LedgerEntry.code,
-        ).where(LedgerEntry.key == key)
-    )
-    row = found.one_or_none()
-    if row is None:
-        return None
-    state, owner, lease_expires_at, created_at, content, code = row
-    return _Row(
-        state=state,
-        owner=owner,
-        lease_expires_at=lease_expires_at,
-        created_at=created_at,
-        content=content,
-        code=code,
-    )
+    columns = [getattr(LedgerEntry, name) for name in _Row.__dataclass_fields__]
+    row = (await session.execute(select(*columns).where(LedgerEntry.key == key))).one_or_none()
+    return None if row is None else _Row(**row._asdict())
 
 
 async def _finish(session: AsyncSession, key: str, owner: str, result: ToolResult, now: dt.datetime) -> bool:

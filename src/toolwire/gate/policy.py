@@ -14,29 +14,15 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from toolwire.context import Context
-from toolwire.tools.base import Tool
+from toolwire.tools.base import Check, Denial, Tool
 
 __all__ = ["Check", "Denial", "Policy", "ScopePolicy", "missing_scopes"]
 
 logger = logging.getLogger(__name__)
-
-Check = Callable[[Mapping[str, Any], Context], "bool | Denial | Awaitable[bool | Denial]"]
-"""A per-resource check in `Tool.requires`: `True` allows, `False` or a `Denial` refuses."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Denial:
-    """Why a call is refused; the model reads `message`, so say what it can do instead."""
-
-    message: str
-    """One or two sentences for the model (and through it, the user)."""
-    details: tuple[Any, ...] = ()
-    """Structured specifics, such as the missing scopes."""
 
 
 @runtime_checkable

@@ -1,13 +1,16 @@
 """Which route a request to an OpenAI-compatible endpoint takes, and what the process remembers.
 
 A route is a wire format (`chat` or `responses`) or the JSON plan layered on one. Two fallbacks
-switch routes, each remembered for an endpoint (a base URL and a model name, because gateways route
-per model) for the rest of the process, so only the first request pays for the probe:
+switch routes, each remembered for an endpoint (a base URL and a model name, because gateways and
+OpenAI itself serve routes per model) for the rest of the process, so only the first request pays
+for the probe:
 
 - An endpoint that refuses `tools` for a model moves that model to the JSON plan.
-- With `route="auto"`, an endpoint that does not serve a wire route (404/405/501, or a 400 that says
-  so) moves the model to the other wire, for the same model name, schema and tools. Responses is
-  tried first; Chat Completions, which nearly every compatible server speaks, is the fallback.
+- With `route="auto"`, an endpoint that does not serve a wire route (404/405/501, or a 400 or 404
+  whose message says so) moves the model to the other wire, for the same model name, schema and
+  tools. Chat Completions is tried first: an OpenAI-compatible family stays on it until shown
+  otherwise, and nearly every compatible server speaks it; Responses takes over for endpoints and
+  models that serve only Responses.
 
 This module decides from status codes and error bodies; the model (`toolwire.models.openai`) does
 the switching. The JSON plan's reading of a turn lives here too: it is the fallback route's half
@@ -18,10 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from toolwire.exceptions import ModelHTTPError, RouteUnsupportedError, ToolsUnsupportedError
 from toolwire.messages import AssistantMessage, Message, TextDelta, ToolCall, Turn
 from toolwire.wire import jsonplan
 
@@ -31,21 +37,26 @@ __all__ = [
     "ConfiguredRoute",
     "Endpoint",
     "Holdback",
+    "ResponseChain",
     "WireRoute",
     "advice",
     "clear_route_memory",
     "converted_text_calls",
     "error_fields",
+    "http_error",
     "plan_call_id",
     "read_plan",
     "refuses_tools",
     "remember_plan",
     "route_unserved",
     "stale_response",
+    "stale_response_error",
     "switch_route",
     "uses_plan",
     "wire_route",
 ]
+
+logger = logging.getLogger(__name__)
 
 WireRoute = Literal["chat", "responses"]
 """A wire format the model can speak."""
@@ -55,7 +66,7 @@ ROUTES: tuple[ConfiguredRoute, ...] = ("chat", "responses", "auto", "jsonplan")
 """Every configurable route."""
 Endpoint = tuple[str, str]
 """(base URL, model name): what route memory is kept for."""
-AUTO_ORDER: tuple[WireRoute, WireRoute] = ("responses", "chat")
+AUTO_ORDER: tuple[WireRoute, WireRoute] = ("chat", "responses")
 """The wires `auto` tries, in order."""
 
 _PLAN: set[Endpoint] = set()
@@ -80,8 +91,10 @@ _ROUTE_REFUSED = re.compile(
     r"|(?:responses api|/responses|chat completions|chat/completions)\b.*"
     r"\b(?:not supported|unsupported|not available|not enabled|not implemented)"
     r"|does ?n[o']t support (?:the )?(?:responses|chat completions)"
+    r"|(?:only|not) supported (?:in|on|by) (?:the )?(?:/?v1/)?(?:responses|chat)"
 )
-"""How a 400 says the route itself is not served (as opposed to a parameter or a model)."""
+"""How a 400 or 404 says the route itself is not served, for the server or for this model
+("This model is only supported in v1/responses and not in v1/chat/completions.")."""
 
 _STATE_NOT_FOUND = ("response with id", "previous response", "item with id")
 """Not-found messages about stored state: the route is served, the state is gone."""
@@ -114,7 +127,7 @@ def remember_plan(endpoint: Endpoint) -> None:
 def wire_route(endpoint: Endpoint, configured: ConfiguredRoute) -> WireRoute:
     """The wire a request takes now: the configured one, or for `auto` the first one not refused."""
     if configured in ("chat", "responses"):
-        return configured  # type: ignore[return-value]  # narrowed by the check above
+        return configured
     if configured == "jsonplan":
         return "chat"
     unserved = _UNSERVED.get(endpoint, set())
@@ -172,17 +185,17 @@ def stale_response(status: int, message: str, code: Any) -> bool:
 def route_unserved(status: int, message: str, code: Any) -> bool:
     """Whether an error says the endpoint does not serve the wire route it was sent to.
 
-    404, 405 and 501 do, unless they speak of a model or of stored state; a 400 does when its
-    message says the route, endpoint or URL is unknown or unsupported.
+    405 and 501 do; 404 does unless it speaks of a model or of stored state; a 400 or a 404 about a
+    model does when its message says the route, endpoint or URL is unknown or unsupported.
     """
     lowered = message.lower()
     if stale_response(status, message, code):
         return False
     if status in (405, 501):
         return True
-    if status == 404:
-        return "model" not in lowered
-    return status == 400 and _ROUTE_REFUSED.search(lowered) is not None
+    if status in (400, 404) and _ROUTE_REFUSED.search(lowered) is not None:
+        return True
+    return status == 404 and "model" not in lowered
 
 
 def advice(status: int) -> str:
@@ -196,6 +209,85 @@ def advice(status: int) -> str:
     if status >= 500:
         return "retry later, or check the endpoint's logs"
     return "check the request settings against what the endpoint supports"
+
+
+def http_error(
+    *, model: str, base_url: str, route: WireRoute, status: int, text: str, sent_tools: bool
+) -> ModelHTTPError:
+    """The exception for an HTTP error status: the fallbacks' two, or a plain `ModelHTTPError`.
+
+    Args:
+        model: The model name the request was for.
+        base_url: The endpoint's API root.
+        route: The wire the request was sent on.
+        status: The HTTP status.
+        text: The response body.
+        sent_tools: Whether the request offered tools (only then can it be refused for them).
+    """
+    message, code, param = error_fields(text)
+    label, other = (
+        ("Responses", "Chat Completions") if route == "responses" else ("Chat Completions", "Responses")
+    )
+    url, body = base_url + ("/responses" if route == "responses" else "/chat/completions"), text[:4000]
+    if sent_tools and refuses_tools(message, code, param):
+        return ToolsUnsupportedError(
+            f"The model {model!r} at {base_url} does not accept tools ({message}); "
+            "use route='jsonplan' for it.",
+            status_code=status,
+            body=body,
+        )
+    if route_unserved(status, message, code):
+        return RouteUnsupportedError(
+            f"The endpoint {url} does not serve {label} (HTTP {status}); use route='auto' to fall back "
+            f"to {other}, or check TOOLWIRE_BASE_URL, which usually ends in /v1.",
+            status_code=status,
+            body=body,
+        )
+    return ModelHTTPError(
+        f"The model endpoint at {url} answered HTTP {status} ({message}); {advice(status)}.",
+        status_code=status,
+        body=body,
+    )
+
+
+def stale_response_error(exc: ModelHTTPError) -> bool:
+    """Whether `exc` says a `previous_response_id` is not stored (any more)."""
+    message, code, _ = error_fields(exc.body)
+    return stale_response(exc.status_code, message, code)
+
+
+class ResponseChain:
+    """The Responses ids a stateful model received, by the conversation that led to each.
+
+    A conversation that continues a remembered turn can send `previous_response_id` and only the
+    new items. The key is the transcript up to and including the turn exactly as received: a turn
+    the runner or the text-call conversion changed no longer matches, and is resent statelessly.
+
+    Args:
+        size: How many responses to keep; the oldest is forgotten first.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self._ids: OrderedDict[tuple[Message, ...], str] = OrderedDict()
+        self._size = size
+
+    def previous(self, transcript: Sequence[Message]) -> str | None:
+        """The response whose turn is the transcript's last assistant turn, if remembered."""
+        last = max((i for i, m in enumerate(transcript) if isinstance(m, AssistantMessage)), default=-1)
+        return self._ids.get(tuple(transcript[: last + 1])) if last >= 0 else None
+
+    def remember(self, transcript: Sequence[Message], turn: Turn, response_id: str | None) -> None:
+        """Remember the response that answered `transcript` with `turn`."""
+        if response_id:
+            self._ids[(*transcript, turn.message)] = response_id
+            while len(self._ids) > self._size:
+                self._ids.popitem(last=False)
+
+    def forget(self, response_id: str) -> None:
+        """Forget a response the endpoint no longer stores."""
+        for key in [k for k, v in self._ids.items() if v == response_id]:
+            del self._ids[key]
+        logger.warning("The endpoint no longer stores response %s; resending the conversation.", response_id)
 
 
 # --- the JSON plan, and calls written as text -----------------------------------------------------

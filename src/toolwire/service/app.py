@@ -1,10 +1,11 @@
 """`create_app(settings)`: the HTTP service, the same runtime as `toolwire chat` behind FastAPI.
 
 One router per concern is mounted here: operation (`/healthz`, `/readyz`, `/metrics`), the chat
-API (`/v1/chat`) and the admin API for users (`/admin/api/users`). Another router joins with
-`app.include_router(...)`; its routes take the caller from `require_principal` / `require_admin`
-(`toolwire.service.auth`), the database and the assistant from `get_state`
-(`toolwire.service.state`), and raise `ApiError` for OpenAI-style error bodies.
+API (`/v1/chat`), and the admin API for users (`/admin/api/users`) and for the audit log
+(`/admin/api/audit`). Another router joins with `app.include_router(...)`; its routes take the
+caller from `require_principal` / `require_admin` (`toolwire.service.auth`), the database and the
+assistant from `get_state` (`toolwire.service.state`), and raise `ApiError` for OpenAI-style error
+bodies.
 
 Startup opens the assistant (database migrated, model, tools). Shutdown first marks the service
 draining (readiness fails, new chat requests get 503), waits up to `shutdown_timeout` for the runs
@@ -25,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolwire.assistant import build_model, open_assistant
 from toolwire.models.base import Model
-from toolwire.service import admin_users, chat_api, ops
+from toolwire.service import admin_audit, admin_users, chat_api, ops
 from toolwire.service.errors import ApiError, BodyTooLargeError, install_error_handlers
 from toolwire.service.ops import MeteredModel, Metrics, RequestContextMiddleware
 from toolwire.service.runs import RunManager
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None, *, model: Model | None = None) 
     app.include_router(ops.router)
     app.include_router(chat_api.router)
     app.include_router(admin_users.router)
+    app.include_router(admin_audit.router)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)  # outermost: sees every answer
     app.openapi = _openapi(app)  # type: ignore[method-assign]

@@ -185,7 +185,13 @@ class MeteredModel:
 
 # --- logging --------------------------------------------------------------------------------------
 
-_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+# Record attributes that are not extra fields; uvicorn's `color_message` repeats the message in ANSI.
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):
@@ -242,6 +248,8 @@ def configure_logging(level: str = "info", *, secrets: Iterable[str] = ()) -> No
         named.propagate = True
     # The middleware writes the access log, with the request id and the caller.
     logging.getLogger("uvicorn.access").disabled = True
+    # Alembic announces its dialect on every start; only its warnings matter in a service log.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 # --- the request middleware ---------------------------------------------------------------------
@@ -258,7 +266,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = _header(scope, b"x-request-id")
+        given = _header(scope, REQUEST_ID_HEADER.encode())
         request_id = given if given and _SANE_ID.match(given) else f"req_{uuid.uuid4().hex}"
         token = _request_id.set(request_id)
         started = time.perf_counter()
@@ -270,7 +278,8 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 response_started = True
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                header = (REQUEST_ID_HEADER.encode(), request_id.encode())
+                message["headers"] = [*message.get("headers", []), header]
             await send(message)
 
         try:
@@ -278,8 +287,8 @@ class RequestContextMiddleware:
         except Exception as exc:
             logger.exception("Unhandled error while serving %s %s", scope["method"], scope["path"])
             if not response_started:
+                # `send_with_id` records the status of this answer for the log and the metrics.
                 await error_for(exc).response()(scope, receive, send_with_id)
-            status = 500
         finally:
             self._finish(scope, status, time.perf_counter() - started)
             _request_id.reset(token)

@@ -29,11 +29,11 @@ import hashlib
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, select, update
 from sqlalchemy.exc import IntegrityError
 
 from toolwire.assistant import Assistant
@@ -236,7 +236,7 @@ async def _complete(db: Database, claim: Claim, result: RunResult, outcome: dict
             )
             .values(state="done", outcome=outcome, updated_at=now)
         )
-        if not done.rowcount:  # type: ignore[attr-defined]
+        if not cast(CursorResult[Any], done).rowcount:
             logger.warning("Run %s lost its claim; its outcome is not stored", claim.request_id)
             return
         if claim.existing_conversation:
@@ -292,8 +292,7 @@ class RunHandle:
             event = await self.queue.get()
             if event is _END:
                 return
-            assert not isinstance(event, RunComplete)
-            yield event  # type: ignore[misc]
+            yield cast(RunEvent, event)
 
 
 class RunManager:
@@ -341,11 +340,12 @@ class RunManager:
     async def _execute(
         self, claim: Claim, principal: Principal, messages: list[Message], queue: asyncio.Queue[object] | None
     ) -> dict[str, Any]:
-        runner = self.assistant.runner
         context = self.assistant.context(request_id=claim.request_id, **principal.context_values())
         self.metrics.runs_in_flight.inc()
         try:
             async with asyncio.timeout(self.settings.run_timeout):
+                # The caller's tenant decides the tools: the built-in ones and its own stored functions.
+                runner = await self.assistant.runner_for(claim.tenant_id)
                 if queue is None:
                     result = await runner.run(messages, context=context, history=claim.history)
                 else:
@@ -366,9 +366,7 @@ class RunManager:
             self.metrics.runs_in_flight.dec()
         self.metrics.runs.labels(outcome="done").inc()
         self.metrics.run_rounds.observe(result.rounds)
-        self.metrics.record_calls(
-            ((c.name, c.outcome) for c in result.calls), self.assistant.runner.toolbox.names
-        )
+        self.metrics.record_calls(((c.name, c.outcome) for c in result.calls), runner.toolbox.names)
         logger.info(
             "Run %s done",
             claim.request_id,
@@ -384,7 +382,7 @@ class RunManager:
     async def _stream(events: AsyncIterator[RunEvent], queue: asyncio.Queue[object]) -> RunResult:
         result: RunResult | None = None
         # aclosing: a cancelled run closes the runner's generator (and its model stream) at once.
-        async with contextlib.aclosing(events) as stream:  # type: ignore[type-var]
+        async with contextlib.aclosing(cast(AsyncGenerator[RunEvent], events)) as stream:
             async for event in stream:
                 if isinstance(event, RunComplete):
                     result = event.result

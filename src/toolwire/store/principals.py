@@ -19,8 +19,9 @@ import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from toolwire.exceptions import UserError
@@ -203,7 +204,8 @@ async def revoke_keys(session: AsyncSession, user: User, *, key_id: str | None =
     query = update(ApiKey).where(ApiKey.user_id == user.id, ApiKey.revoked_at.is_(None))
     if key_id is not None:
         query = query.where(ApiKey.id == key_id)
-    revoked: int = (await session.execute(query.values(revoked_at=utc_now()))).rowcount  # type: ignore[attr-defined]
+    result = cast(CursorResult[Any], await session.execute(query.values(revoked_at=utc_now())))
+    revoked = result.rowcount
     if key_id is not None and not revoked:
         raise UserNotFoundError(f"User {user.name!r} has no working key {key_id!r}; list the keys first.")
     return revoked

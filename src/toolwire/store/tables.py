@@ -125,4 +125,3 @@ class Item(Base):
         UtcDateTime(), default_factory=utc_now, server_default=func.current_timestamp()
     )
     """When the row was written, in UTC."""
-

@@ -1,16 +1,18 @@
 """A scripted OpenAI-compatible HTTP server on 127.0.0.1, for end-to-end tests.
 
-Each model request takes the next `Step` of a script (or asks a callable for one) and is answered,
-streaming or not, through the wire adapters' server-side renderers, so the bytes are the ones a
-real endpoint sends. Steps can misbehave on purpose the way real servers do: ids only in the first
-fragment (as OpenAI), empty-string ids, a tool call written as text, a stream cut mid-arguments,
-an HTTP error, invalid JSON. Server-wide, it can refuse `tools` and check the transcript with
-OpenAI's exact 400 messages.
+It serves `/v1/chat/completions` and `/v1/responses`. Each model request, on either route, takes
+the next `Step` of a script (or asks a callable for one) and is answered, streaming or not,
+through the wire adapters' server-side renderers (in `_routes`), so the bytes are the ones a real
+endpoint sends and one script plays the same on both routes. Steps can misbehave on purpose the
+way real servers do: ids only in the first fragment (as OpenAI), empty-string ids, arguments only
+at the end, a tool call written as text, a stream cut mid-arguments or failing mid-way, event
+types no client knows, an HTTP error, invalid JSON. Server-wide, it can refuse `tools`, lack a
+route, and check the transcript with OpenAI's exact 400 messages. On Responses, `call_id` always
+differs from the item `id` (`fc_...`), and responses are stored for `previous_response_id`.
 
 The server runs uvicorn in a background thread, so it serves both synchronous and asynchronous
 tests: `with ScriptedServer(steps) as srv:` or `async with ...`; point a model at `srv.base_url`.
-Only the functions named `_chat_*` know the Chat route; a Responses route goes beside them. The
-module is a little over 400 lines because the step constructors and misbehaviours document
+The module is a little over 400 lines because the step constructors and misbehaviours document
 themselves; splitting them from the server that honours them would scatter one concept.
 """
 
@@ -21,7 +23,7 @@ import dataclasses
 import json
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,23 +33,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from toolwire.messages import AssistantMessage, ToolCall, Turn, Usage
-from toolwire.wire import chat
-from toolwire.wire.sse import encode_event
+from toolwire.exceptions import WireFormatError
+from toolwire.messages import Message, Usage
+from toolwire.testing import _routes
+from toolwire.testing._routes import error_body as _error_body
+from toolwire.wire import chat, responses
 
 __all__ = ["Script", "ScriptedCall", "ScriptedServer", "Step"]
 
 ScriptedCall = tuple[str, dict[str, Any] | str] | tuple[str, dict[str, Any] | str, str]
 """A call to answer with: (name, arguments as a dict or a raw string, optional id)."""
-
-_MISSING_RESULTS = (
-    "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-    "'tool_call_id'. The following tool_call_ids did not have response messages: "
-)
-_ORPHAN_RESULT = (  # "preceeding" is OpenAI's spelling
-    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
-    "with 'tool_calls'."
-)
 
 
 @dataclass(kw_only=True)
@@ -70,7 +65,17 @@ class Step:
     tool_call_as_text: bool = False
     """Write the calls as JSON text in `content` instead of sending `tool_calls`."""
     cut_stream: bool = False
-    """End the body mid-arguments (or mid-text): no `finish_reason`, no `[DONE]`."""
+    """End the body mid-arguments (or mid-text): no `finish_reason` or `[DONE]`, no final event."""
+    arguments_only_in_done: bool = False
+    """Stream no argument pieces: each call's whole arguments arrive at the end, in
+    `function_call_arguments.done` and the finished item (Responses) or one last fragment (Chat)."""
+    stream_error: str | None = None
+    """Break the stream off mid-arguments (or mid-text) with an error carrying this message:
+    `error` then `response.failed` (Responses), a `data: {"error": ...}` chunk (Chat). Without
+    streaming, answer 200 with a `failed` response (Responses) or an error object (Chat)."""
+    novel_events: bool = False
+    """Interleave what no client knows: events of an unknown type (Responses), SSE comments and
+    chunks with unknown fields (Chat). Clients must ignore them."""
     status: int | None = None
     """Answer with this HTTP error status instead of a turn."""
     error_body: dict[str, Any] | str | None = None
@@ -124,38 +129,16 @@ Script = Sequence[Step] | Callable[[dict[str, Any], str], Step]
 """Steps consumed one per model request, or `(request_body, route) -> Step`."""
 
 
-def _error_body(
-    message: str, kind: str, *, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def _turn(step: Step, number: int) -> Turn:
-    calls = []
-    for k, scripted in enumerate(step.tool_calls):
-        name, arguments = scripted[0], scripted[1]
-        call_id = scripted[2] if len(scripted) > 2 else f"call_{number}_{k}"
-        raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        calls.append(ToolCall(id=call_id, name=name, arguments=raw))
-    text = step.text
-    if step.tool_call_as_text and calls:
-        written = [json.dumps({"name": c.name, "arguments": _loads_or_raw(c.arguments)}) for c in calls]
-        text = "\n".join(([text] if text else []) + written)
-        calls = []
-    return Turn(message=AssistantMessage(text=text, tool_calls=tuple(calls)), usage=step.usage or Usage())
-
-
-def _loads_or_raw(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
 @dataclass(eq=False)
 class _State:
     steps: list[Step] = field(default_factory=list)
     served: int = 0
+
+
+def _bad_request(message: str, param: str | None = None, *, code: str | None = None) -> JSONResponse:
+    return JSONResponse(
+        _error_body(message, "invalid_request_error", param=param, code=code), status_code=400
+    )
 
 
 class ScriptedServer:
@@ -165,10 +148,14 @@ class ScriptedServer:
         script: Steps consumed one per model request, or a callable `(request_body, route) -> Step`.
         reject_tools: Answer 400 "does not support tools" to every request that offers tools.
         check_transcript: Answer 400 with OpenAI's message when a call id is left unanswered, or a
-            tool message answers no call of the assistant message right before it.
+            result answers no call (on Chat: no call of the assistant message right before it).
         strict_result_order: Also require tool messages in the order of the calls (OpenAI does not).
         latency: Seconds to wait before every answer, unless a step sets its own.
         split: The largest piece of text or arguments per stream chunk.
+        serve_chat: Serve `/v1/chat/completions`; when false it answers `unserved_status`.
+        serve_responses: Serve `/v1/responses`; when false it answers `unserved_status`.
+        unserved_status: How a route that is not served answers: 404 or 405 (FastAPI's bodies),
+            or 400 with a message saying the API is not supported.
     """
 
     def __init__(
@@ -180,6 +167,9 @@ class ScriptedServer:
         strict_result_order: bool = False,
         latency: float = 0.0,
         split: int = 7,
+        serve_chat: bool = True,
+        serve_responses: bool = True,
+        unserved_status: int = 404,
     ) -> None:
         self._script = script
         self._state = _State(steps=list(script) if not callable(script) else [])
@@ -188,8 +178,15 @@ class ScriptedServer:
         self.strict_result_order = strict_result_order
         self.latency = latency
         self.split = split
+        self.serve_chat = serve_chat
+        self.serve_responses = serve_responses
+        self.unserved_status = unserved_status
         self.requests: list[dict[str, Any]] = []
         """Every request body received, in order, rejected ones included."""
+        self.routes: list[str] = []
+        """The route of each request in `requests`: `chat` or `responses`."""
+        self.stored: dict[str, list[Any]] = {}
+        """Each stored response's input and output items, by response id, for `previous_response_id`."""
         self.headers: list[dict[str, str]] = []
         """The headers of each request in `requests`, names in lower case."""
         self._server: uvicorn.Server | None = None
@@ -198,6 +195,7 @@ class ScriptedServer:
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat_endpoint, methods=["POST"]),
+                Route("/v1/responses", self._responses_endpoint, methods=["POST"]),
                 Route("/v1/models", self._models_endpoint, methods=["GET"]),
             ]
         )
@@ -224,6 +222,12 @@ class ScriptedServer:
     def remaining(self) -> int:
         """Steps not yet used."""
         return len(self._state.steps)
+
+    @staticmethod
+    def read_transcript(body: dict[str, Any], route: str) -> list[Message]:
+        """The canonical transcript of a request body on either route, for route-blind scripts."""
+        parse = responses.parse_request if route == "responses" else chat.parse_request
+        return parse(body)[0]
 
     def assert_complete(self) -> None:
         """Fail when steps of the script were never used."""
@@ -281,6 +285,38 @@ class ScriptedServer:
 
     # --- shared by every route -----------------------------------------------------------------
 
+    async def _receive(self, request: Request, route: str) -> dict[str, Any] | Response:
+        """The request's body, recorded; or the answer when the body or the route is refused."""
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _bad_request("The body is not valid JSON.")
+        if isinstance(body, dict):
+            self.requests.append(body)
+            self.routes.append(route)
+            self.headers.append(dict(request.headers))
+        if not (self.serve_responses if route == "responses" else self.serve_chat):
+            label = "Responses" if route == "responses" else "Chat Completions"
+            status, error = _routes.unserved(self.unserved_status, label)
+            return JSONResponse(error, status_code=status)
+        return body if isinstance(body, dict) else _bad_request("The request body must be a JSON object.")
+
+    def _refused_tools(self, body: dict[str, Any]) -> Response | None:
+        if not (self.reject_tools and body.get("tools")):
+            return None
+        message = f"Model '{body.get('model') or 'scripted'}' does not support tools."
+        return _bad_request(message, param="tools", code="unsupported_parameter")
+
+    async def _step_for(self, body: dict[str, Any], route: str) -> Step | Response:
+        """The step answering this request, after its latency; or the scripted failure."""
+        step = self._next_step(body, route)
+        if step is None:
+            return self._exhausted()
+        delay = self.latency if step.latency is None else step.latency
+        if delay:
+            await asyncio.sleep(delay)
+        return self._failure(step) if step.status is not None else step
+
     def _next_step(self, body: dict[str, Any], route: str) -> Step | None:
         self._state.served += 1
         if callable(self._script):
@@ -309,117 +345,91 @@ class ScriptedServer:
     # --- the Chat Completions route --------------------------------------------------------------
 
     async def _chat_endpoint(self, request: Request) -> Response:
-        try:
-            body = json.loads(await request.body())
-        except ValueError:
-            return JSONResponse(
-                _error_body("The body is not valid JSON.", "invalid_request_error"), status_code=400
-            )
-        if isinstance(body, dict):
-            self.requests.append(body)
-            self.headers.append(dict(request.headers))
+        body = await self._receive(request, "chat")
+        if isinstance(body, Response):
+            return body
         try:
             chat.parse_request(body)
-        except chat.InvalidRequestError as exc:
-            error = _error_body(str(exc), "invalid_request_error", param=exc.param)
-            return JSONResponse(error, status_code=400)
+        except WireFormatError as exc:
+            return _bad_request(str(exc), param=exc.param)
+        if (refused := self._refused_tools(body)) is not None:
+            return refused
+        problem = self.check_transcript and _routes.chat_transcript_problem(
+            body["messages"], strict_order=self.strict_result_order
+        )
+        if problem:
+            return _bad_request(*problem)
+        step = await self._step_for(body, "chat")
+        if isinstance(step, Response):
+            return step
         model = str(body.get("model") or "scripted")
-        if self.reject_tools and body.get("tools"):
-            message = f"Model '{model}' does not support tools."
-            error = _error_body(message, "invalid_request_error", param="tools", code="unsupported_parameter")
-            return JSONResponse(error, status_code=400)
-        if self.check_transcript and (problem := self._chat_transcript_problem(body["messages"])):
-            return JSONResponse(
-                _error_body(problem[0], "invalid_request_error", param=problem[1]), status_code=400
-            )
-        step = self._next_step(body, "chat")
-        if step is None:
-            return self._exhausted()
-        delay = self.latency if step.latency is None else step.latency
-        if delay:
-            await asyncio.sleep(delay)
-        if step.status is not None:
-            return self._failure(step)
-        turn = _turn(step, self._state.served)
+        turn = _routes.step_turn(step, self._state.served)
         completion_id = f"chatcmpl-scripted-{self._state.served}"
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            chunks = self._chat_chunks(step, turn, model, completion_id, include_usage)
-            return StreamingResponse(_chat_sse(chunks, step), media_type="text/event-stream")
+            chunks = _routes.chat_chunks(
+                step, turn, model, completion_id, include_usage=include_usage, split=self.split
+            )
+            return StreamingResponse(_routes.chat_sse(chunks, step), media_type="text/event-stream")
         if step.malformed or step.cut_stream:
             return Response(
                 '{"id": "chatcmpl-broken", "choices": [{"index": 0, "message": {',
                 media_type="application/json",
             )
+        if step.stream_error:
+            return JSONResponse(_error_body(step.stream_error, "server_error"))
         completion = chat.render_response(turn, model, completion_id)
         if step.empty_string_id:
             for call in completion["choices"][0]["message"].get("tool_calls") or ():
                 call["id"] = ""
         return JSONResponse(completion)
 
-    def _chat_chunks(
-        self, step: Step, turn: Turn, model: str, completion_id: str, include_usage: bool
-    ) -> list[dict[str, Any]]:
-        chunks = list(
-            chat.render_stream(turn, model, completion_id, split=self.split, include_usage=include_usage)
-        )
-        calls = turn.message.tool_calls
-        first_argument_piece = None
-        for position, chunk in enumerate(chunks):
-            for fragment in (
-                (chunk["choices"][0]["delta"].get("tool_calls") or ()) if chunk["choices"] else ()
-            ):
-                if "id" in fragment:
-                    continue  # the first fragment of a call
-                first_argument_piece = position if first_argument_piece is None else first_argument_piece
-                call = calls[fragment["index"]]
-                if not step.ids_only_first_fragment:
-                    fragment.update(id=call.id, type="function")
-                    fragment["function"]["name"] = call.name
-                if step.empty_string_id:
-                    fragment["id"] = ""
-        if step.cut_stream:
-            # Stop after the first argument piece of the first call, or halfway through the text.
-            text_end = next(
-                (i for i, c in enumerate(chunks) if c["choices"] and c["choices"][0]["finish_reason"]), 1
+    # --- the Responses route -----------------------------------------------------------------------
+
+    async def _responses_endpoint(self, request: Request) -> Response:
+        body = await self._receive(request, "responses")
+        if isinstance(body, Response):
+            return body
+        raw = body.get("input")
+        items: list[Any] = [{"role": "user", "content": raw}] if isinstance(raw, str) else []
+        items = raw if isinstance(raw, list) else items
+        checked = {**body, "previous_response_id": None}  # the server keeps the state, not the parser
+        if previous := body.get("previous_response_id"):
+            if not isinstance(previous, str) or previous not in self.stored:
+                message = f"Previous response with id '{previous}' not found."
+                return _bad_request(message, param="previous_response_id", code="previous_response_not_found")
+            items = checked["input"] = [*self.stored[previous], *items]
+        try:
+            responses.parse_request(checked)
+        except WireFormatError as exc:
+            return _bad_request(str(exc), param=exc.param)
+        if (refused := self._refused_tools(body)) is not None:
+            return refused
+        if self.check_transcript and (problem := _routes.responses_transcript_problem(items)):
+            return _bad_request(*problem)
+        step = await self._step_for(body, "responses")
+        if isinstance(step, Response):
+            return step
+        model = str(body.get("model") or "scripted")
+        turn = _routes.step_turn(step, self._state.served)
+        response_id = f"resp_scripted_{self._state.served}"
+        rendered = responses.render_response(turn, model, response_id)
+        if body.get("store", True) is not False:
+            self.stored[response_id] = [*items, *rendered["output"]]
+        if body.get("stream"):
+            events = _routes.responses_events(step, turn, model, response_id, split=self.split)
+            return StreamingResponse(_routes.responses_sse(events, step), media_type="text/event-stream")
+        if step.malformed or step.cut_stream:
+            return Response(
+                '{"id": "resp_broken", "object": "response", "output": [', media_type="application/json"
             )
-            cut = first_argument_piece + 1 if first_argument_piece is not None else max(1, text_end // 2)
-            chunks = chunks[:cut]
-        return chunks
-
-    def _chat_transcript_problem(self, messages: list[dict[str, Any]]) -> tuple[str, str] | None:
-        pending: list[str] = []  # ids of the assistant message right before, not yet answered
-        in_block = False
-        assistant_at = 0
-        for i, message in enumerate(messages):
-            role = message.get("role")
-            if role == "tool":
-                call_id = message.get("tool_call_id")
-                if not in_block or call_id not in pending:
-                    return _ORPHAN_RESULT, f"messages.[{i}].role"
-                if self.strict_result_order and call_id != pending[0]:
-                    message_text = (
-                        f"Tool messages must answer the calls in order: expected {pending[0]}, got {call_id}."
-                    )
-                    return message_text, f"messages.[{i}].tool_call_id"
-                pending.remove(call_id)
-                continue
-            if pending:
-                return _MISSING_RESULTS + ", ".join(pending), f"messages.[{i}].role"
-            in_block = role == "assistant" and bool(message.get("tool_calls"))
-            if in_block:
-                pending = [str(c.get("id")) for c in message["tool_calls"]]
-                assistant_at = i
-        if pending:
-            return _MISSING_RESULTS + ", ".join(pending), f"messages.[{assistant_at}].role"
-        return None
-
-
-async def _chat_sse(chunks: list[dict[str, Any]], step: Step) -> AsyncIterator[str]:
-    if step.malformed:
-        yield encode_event('{"id": "chatcmpl-broken", "choices": [')
-    else:
-        for chunk in chunks:
-            yield encode_event(json.dumps(chunk))
-    if not step.cut_stream:
-        yield encode_event("[DONE]")
+        if step.stream_error:
+            error = {"code": "server_error", "message": step.stream_error}
+            return JSONResponse(
+                responses.response_object(response_id, model, status="failed", output=[], error=error)
+            )
+        if step.empty_string_id:
+            for item in rendered["output"]:
+                if item["type"] == "function_call":
+                    item["call_id"] = ""
+        return JSONResponse(rendered)

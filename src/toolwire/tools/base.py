@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -11,13 +11,27 @@ from toolwire.context import Context
 from toolwire.exceptions import ToolDefinitionError
 from toolwire.messages import ToolSpec
 
-__all__ = ["Effect", "Handler", "Tool", "validate_tool_name"]
+__all__ = ["Check", "Denial", "Effect", "Handler", "Tool", "validate_tool_name"]
 
 Effect = Literal["read", "write"]
 """`read` tools may run concurrently; `write` tools run one at a time, in proposed order, once."""
 
 Handler = Callable[[dict[str, Any], Context], Awaitable[Any]]
 """Runs a tool with arguments the Gate already validated, and the run's context."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Denial:
+    """Why a call is refused; the model reads `message`, so say what it can do instead."""
+
+    message: str
+    """One or two sentences for the model (and through it, the user)."""
+    details: tuple[Any, ...] = ()
+    """Structured specifics, such as the missing scopes."""
+
+
+Check = Callable[[Mapping[str, Any], Context], "bool | Denial | Awaitable[bool | Denial]"]
+"""A per-resource check in `Tool.requires`: `True` allows, `False` or a `Denial` refuses."""
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -52,8 +66,8 @@ class Tool:
     timeout: float | None = 30.0
     """Deadline for one execution in seconds; `None` means no deadline."""
     strict: bool | None = None
-    requires: tuple[str, ...] = ()
-    """Scopes a principal needs to call the tool."""
+    requires: tuple[str | Check, ...] = ()
+    """Scopes a principal needs to call the tool, and per-resource checks run on the arguments."""
     retry_safe: bool = False
     """A write whose earlier attempt died may be run again (it deduplicates downstream)."""
     metadata: dict[str, Any] = field(default_factory=dict)

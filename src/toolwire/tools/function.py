@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 
 from toolwire.context import Context
 from toolwire.exceptions import ToolDefinitionError
-from toolwire.tools.base import Effect, Handler, Tool, validate_tool_name
+from toolwire.tools.base import Check, Effect, Handler, Tool, validate_tool_name
 
 __all__ = ["tool"]
 
@@ -78,7 +78,7 @@ def tool(
     effect: Effect = "read",
     timeout: float | None = 30.0,
     strict: bool | None = None,
-    requires: Iterable[str] = (),
+    requires: Iterable[str | Check] = (),
     retry_safe: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
@@ -92,7 +92,7 @@ def tool(
     effect: Effect = "read",
     timeout: float | None = 30.0,
     strict: bool | None = None,
-    requires: Iterable[str] = (),
+    requires: Iterable[str | Check] = (),
     retry_safe: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function (sync or async) into a Tool; use bare (`@tool`) or with keywords.
@@ -143,7 +143,7 @@ def _build(
     effect: Effect,
     timeout: float | None,
     strict: bool | None,
-    requires: tuple[str, ...],
+    requires: tuple[str | Check, ...],
     retry_safe: bool,
 ) -> Tool:
     tool_name = validate_tool_name(name if name is not None else getattr(fn, "__name__", ""))
