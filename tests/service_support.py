@@ -93,7 +93,7 @@ class ServerThread:
 
     def __init__(self, app: FastAPI, *, graceful: int = 5) -> None:
         self.app = app
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self._sock = sock

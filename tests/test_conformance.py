@@ -241,6 +241,19 @@ async def test_an_empty_final_answer_fails_the_read_only_row() -> None:
     assert rows["read-only call"].detail == "The final answer after the result was empty."
 
 
+async def test_an_endpoint_that_refuses_tools_fails_for_want_of_call_ids() -> None:
+    def planner(body: dict[str, Any], route: str) -> Step:
+        if "Result of get_delivery_status" in json.dumps(body):
+            return Step.reply("ORDER-1001 is in transit.")
+        return Step.plan("get_delivery_status", {"order_id": "ORDER-1001"})
+
+    async with ScriptedServer(planner, reject_tools=True) as srv:
+        rows = await suite(srv, "chat", "read-only call")
+    row = rows["read-only call"]
+    assert row.status == "FAIL" and row.route == "jsonplan"
+    assert row.detail.startswith("The endpoint refused tools, so the run fell back to the JSON plan")
+
+
 # --- the command ----------------------------------------------------------------------------------
 
 

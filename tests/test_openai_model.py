@@ -339,3 +339,83 @@ def test_configuration_mistakes_are_reported_early() -> None:
     with pytest.raises(ConfigError, match="'chat' or 'jsonplan'"):
         OpenAIModel("m", base_url="http://x/v1", route="grpc")  # type: ignore[arg-type]
     assert OpenAIModel("m", base_url="http://x/v1/").name == "m"
+
+
+def test_unknown_route_message_names_every_route() -> None:
+    with pytest.raises(ConfigError, match="use 'auto', 'responses', 'chat' or 'jsonplan'"):
+        OpenAIModel("m", base_url="http://x/v1", route="grpc")  # type: ignore[arg-type]
+    assert OpenAIModel("m", base_url="http://x/v1", route="responses").route == "responses"
+    assert OpenAIModel("m", base_url="http://x/v1", route="auto").route == "chat"
+
+
+async def test_chat_stream_ignores_what_it_does_not_know_and_waits_for_whole_arguments() -> None:
+    steps = [
+        Step.text_and_call("On it.", "get_weather", {"city": "Paris"}, novel_events=True),
+        Step.call("get_weather", {"city": "Rome"}, arguments_only_in_done=True),
+    ]
+    async with ScriptedServer(steps, split=2) as srv, model_for(srv) as model:
+        novel, deltas = await ask(model, True)
+        late, _ = await ask(model, True)
+    assert "".join(deltas) == "On it."
+    assert json.loads(novel.message.tool_calls[0].arguments) == {"city": "Paris"}
+    assert json.loads(late.message.tool_calls[0].arguments) == {"city": "Rome"}
+
+
+async def test_chat_error_in_place_of_a_turn_is_a_clear_error(streaming: bool) -> None:
+    step = Step.call("get_weather", {"city": "Paris"}, stream_error="Engine overloaded.")
+    async with ScriptedServer.from_steps(step) as srv, model_for(srv) as model:
+        with pytest.raises(ModelResponseError, match="reported an error: Engine overloaded.; check its logs"):
+            await ask(model, streaming)
+
+
+async def test_tools_refused_on_responses_fall_back_to_the_json_plan_on_that_wire(streaming: bool) -> None:
+    steps = [Step.plan("get_weather", {"city": "Paris"})]
+    async with (
+        ScriptedServer(steps, reject_tools=True) as srv,
+        model_for(srv, "tiny-model", route="responses") as model,
+    ):
+        turn, _ = await ask(model, streaming)
+    assert turn.route == "jsonplan" and model.route == "jsonplan"
+    assert turn.message.tool_calls == (
+        ToolCall(id="plan_1", name="get_weather", arguments='{"city": "Paris"}'),
+    )
+    assert srv.routes == ["responses", "responses"]
+    assert "tools" in srv.requests[0] and "tools" not in srv.requests[1]
+    assert "- get_weather: Current weather for a city." in srv.requests[1]["instructions"]
+
+
+async def test_stateful_has_no_effect_on_the_chat_wire() -> None:
+    steps = [Step.call("get_weather", {"city": "Paris"}), Step.reply("18 degrees.")]
+    async with ScriptedServer(steps) as srv, model_for(srv, stateful=True) as model:
+        first, _ = await ask(model, False)
+        [call] = first.message.tool_calls
+        await ask(
+            model, False, [*ASK, first.message, ToolResult(call_id=call.id, name=call.name, content="18C")]
+        )
+    assert all("previous_response_id" not in r for r in srv.requests)
+    assert len(srv.requests[1]["messages"]) == 4
+
+
+async def test_bad_chat_answers_end_cleanly_and_never_half_run_a_call() -> None:
+    from toolwire.context import Context
+    from toolwire.runner import RunComplete, Runner
+    from toolwire.tools import Tool
+
+    executed: list[dict[str, object]] = []
+
+    async def handler(args: dict[str, object], ctx: Context) -> str:
+        executed.append(args)
+        return "18C"
+
+    weather = Tool(name="get_weather", description="", parameters=WEATHER.parameters, handler=handler)
+    steps = [Step.call("get_weather", {"city": "Paris"}, cut_stream=True), Step(), Step()]
+    async with ScriptedServer(steps) as srv, model_for(srv) as model:
+        runner = Runner(model, [weather])
+        with pytest.raises(ModelResponseError, match="cut off"):
+            [e async for e in runner.stream("Weather?")]
+        streamed = [e async for e in runner.stream("Weather?")]
+        whole = await runner.run("Weather?")
+    assert executed == []
+    assert isinstance(streamed[-1], RunComplete)
+    for result in (streamed[-1].result, whole):
+        assert result.answer == "" and result.calls == () and result.rounds == 1

@@ -52,6 +52,11 @@ def _shown(trace: CallTrace) -> str:
 
 def _answered(outcome: Outcome, trace: CallTrace) -> str | None:
     """Why the call's result was not linked to it by id on the wire, or `None` when it was."""
+    if outcome.result.route == "jsonplan":
+        return (
+            "The endpoint refused tools, so the run fell back to the JSON plan, which carries no call "
+            "id on the wire; native tool calling is not available there."
+        )
     if not trace.call_id:
         return (
             f"The call {trace.name}({trace.arguments}) came without an id, so no result can be joined to it."

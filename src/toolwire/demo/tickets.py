@@ -281,7 +281,7 @@ class TicketsServer:
     def __init__(self, db_path: str | Path, **options: Any) -> None:
         self.app = create_tickets_app(db_path, **options)
         self.state: TicketsState = self.app.state.tickets
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._server = uvicorn.Server(
             uvicorn.Config(self.app, log_level="warning", lifespan="off", ws="none", access_log=False)
         )

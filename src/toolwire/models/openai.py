@@ -100,9 +100,9 @@ class OpenAIModel:
         base_url: The API root, usually ending in `/v1`.
         api_key: Sent as a Bearer token when given.
         route: `chat` (Chat Completions) or `responses` for native tool calls on that wire,
-            `auto` for Chat Completions with a fallback to Responses (or back) when the endpoint
-            does not serve a route, `jsonplan` to always use the JSON plan. Every native route
-            falls back to the JSON plan when the endpoint refuses tools.
+            `auto` for Chat Completions with a fallback to Responses when the endpoint does not
+            serve Chat Completions (for this model), `jsonplan` to always use the JSON plan.
+            Every native route falls back to the JSON plan when the endpoint refuses tools.
         stateful: On Responses, continue a stored response with `previous_response_id` instead of
             resending the conversation. Use it only where the endpoint stores responses.
         client: A shared client; when omitted one is created on first use and closed by `aclose`.
@@ -134,7 +134,6 @@ class OpenAIModel:
         self._base_url = base_url.rstrip("/")
         self._endpoint: routes.Endpoint = (self._base_url, model)
         self._configured_route: routes.ConfiguredRoute = route
-        self._stateful = stateful
         self._chain = routes.ResponseChain() if stateful else None
         self._client = client
         self._owns_client = client is None
