@@ -15,11 +15,14 @@ from toolwire.testing.fakes import (
     call,
     reply,
 )
+from toolwire.testing.server import ScriptedServer, Step
 
 __all__ = [
     "FunctionModel",
     "ModelRequest",
     "ScriptedModel",
+    "ScriptedServer",
+    "Step",
     "UnconsumedModelSteps",
     "UnexpectedModelCall",
     "call",
