@@ -99,7 +99,7 @@ def _toolwire(base_url: str, route: str, stream: bool) -> _Built:
         """
         return await weather(city)
 
-    model = OpenAIModel("bench", base_url=base_url, api_key="bench", route=route)  # type: ignore[arg-type]
+    model = OpenAIModel("bench", base_url=base_url, api_key="bench", route=route)
     runner = Runner(model, [get_weather])
 
     async def run() -> str:
@@ -121,28 +121,35 @@ def _toolwire(base_url: str, route: str, stream: bool) -> _Built:
 def _openai_loop(base_url: str, route: str, stream: bool) -> _Built:
     import openai
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    loop = _OpenAILoop(openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0))
+    return getattr(loop, route + ("_streaming" if stream else "")), loop.client.close
 
-    async def chat() -> str:
+
+class _OpenAILoop:
+    """The minimal loops on the official client, one per route and mode."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def chat(self) -> str:
         messages: list[Any] = [{"role": "user", "content": PROMPT}]
         while True:
-            response = await client.chat.completions.create(model="bench", messages=messages, tools=CHAT_TOOLS)  # type: ignore[arg-type]
+            response = await self.client.chat.completions.create(
+                model="bench", messages=messages, tools=CHAT_TOOLS
+            )
             message = response.choices[0].message
             if not message.tool_calls:
                 return message.content or ""
             messages.append(message.model_dump(exclude_none=True))
             for call in message.tool_calls:
-                output = await weather(**json.loads(call.function.arguments))  # type: ignore[union-attr]
+                output = await weather(**json.loads(call.function.arguments))
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
 
-    async def chat_streaming() -> str:
+    async def chat_streaming(self) -> str:
         messages: list[Any] = [{"role": "user", "content": PROMPT}]
         while True:
-            chunks = await client.chat.completions.create(
-                model="bench",
-                messages=messages,
-                tools=CHAT_TOOLS,  # type: ignore[arg-type]
-                stream=True,
+            chunks = await self.client.chat.completions.create(
+                model="bench", messages=messages, tools=CHAT_TOOLS, stream=True
             )
             text: list[str] = []
             calls: dict[int, dict[str, Any]] = {}
@@ -156,31 +163,20 @@ def _openai_loop(base_url: str, route: str, stream: bool) -> _Built:
                     _merge_fragment(calls, piece.index, piece.id, piece.function)
             if not calls:
                 return "".join(text)
-            messages.append({"role": "assistant", "tool_calls": list(calls.values())})
-            for call in calls.values():
-                output = await weather(**json.loads(call["function"]["arguments"]))
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+            await _answer_chat_calls(messages, calls)
 
-    async def responses() -> str:
+    async def responses(self) -> str:
         items: list[Any] = [{"role": "user", "content": PROMPT}]
         while True:
-            response = await client.responses.create(model="bench", input=items, tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
-            calls = [item for item in response.output if item.type == "function_call"]
-            if not calls:
-                return response.output_text
-            items += [item.model_dump(exclude_none=True) for item in response.output]
-            for call in calls:
-                output = await weather(**json.loads(call.arguments))
-                items.append({"type": "function_call_output", "call_id": call.call_id, "output": output})
+            response = await self.client.responses.create(model="bench", input=items, tools=RESPONSES_TOOLS)
+            if not await self._answer_calls(items, response.output):
+                return str(response.output_text)
 
-    async def responses_streaming() -> str:
+    async def responses_streaming(self) -> str:
         items: list[Any] = [{"role": "user", "content": PROMPT}]
         while True:
-            events = await client.responses.create(
-                model="bench",
-                input=items,
-                tools=RESPONSES_TOOLS,  # type: ignore[arg-type]
-                stream=True,
+            events = await self.client.responses.create(
+                model="bench", input=items, tools=RESPONSES_TOOLS, stream=True
             )
             text: list[str] = []
             final: Any = None
@@ -189,21 +185,28 @@ def _openai_loop(base_url: str, route: str, stream: bool) -> _Built:
                     text.append(event.delta)
                 elif event.type == "response.completed":
                     final = event.response
-            calls = [item for item in final.output if item.type == "function_call"]
-            if not calls:
+            if not await self._answer_calls(items, final.output):
                 return "".join(text)
-            items += [item.model_dump(exclude_none=True) for item in final.output]
-            for call in calls:
-                output = await weather(**json.loads(call.arguments))
-                items.append({"type": "function_call_output", "call_id": call.call_id, "output": output})
 
-    runs = {
-        ("chat", False): chat,
-        ("chat", True): chat_streaming,
-        ("responses", False): responses,
-        ("responses", True): responses_streaming,
-    }
-    return runs[route, stream], client.close
+    @staticmethod
+    async def _answer_calls(items: list[Any], output: list[Any]) -> bool:
+        """Append the output items and a result per call; False when there was no call."""
+        calls = [item for item in output if item.type == "function_call"]
+        if not calls:
+            return False
+        items += [item.model_dump(exclude_none=True) for item in output]
+        for call in calls:
+            result = await weather(**json.loads(call.arguments))
+            items.append({"type": "function_call_output", "call_id": call.call_id, "output": result})
+        return True
+
+
+async def _answer_chat_calls(messages: list[Any], calls: dict[int, dict[str, Any]]) -> None:
+    """Append the assembled calls of a streamed turn and their results."""
+    messages.append({"role": "assistant", "tool_calls": list(calls.values())})
+    for call in calls.values():
+        output = await weather(**json.loads(call["function"]["arguments"]))
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
 
 
 def _merge_fragment(calls: dict[int, dict[str, Any]], index: int, id: Any, function: Any) -> None:
@@ -227,17 +230,23 @@ def _merge_fragment(calls: dict[int, dict[str, Any]], index: int, id: Any, funct
 def _httpx2_loop(base_url: str, route: str, stream: bool) -> _Built:
     import httpx2
 
-    client = httpx2.AsyncClient()
-    chat_url = f"{base_url}/chat/completions"
-    responses_url = f"{base_url}/responses"
+    loop = _Httpx2Loop(httpx2.AsyncClient(), base_url)
+    return getattr(loop, route + ("_streaming" if stream else "")), loop.client.aclose
 
-    async def chat() -> str:
+
+class _Httpx2Loop:
+    """The minimal loops on bare httpx2, one per route and mode; streaming reads the SSE lines itself."""
+
+    def __init__(self, client: Any, base_url: str) -> None:
+        self.client = client
+        self.chat_url = f"{base_url}/chat/completions"
+        self.responses_url = f"{base_url}/responses"
+
+    async def chat(self) -> str:
         messages: list[Any] = [{"role": "user", "content": PROMPT}]
         while True:
-            response = await client.post(
-                chat_url, json={"model": "bench", "messages": messages, "tools": CHAT_TOOLS}
-            )
-            message = response.json()["choices"][0]["message"]
+            body = {"model": "bench", "messages": messages, "tools": CHAT_TOOLS}
+            message = (await self.client.post(self.chat_url, json=body)).json()["choices"][0]["message"]
             calls = message.get("tool_calls")
             if not calls:
                 return str(message.get("content") or "")
@@ -246,13 +255,13 @@ def _httpx2_loop(base_url: str, route: str, stream: bool) -> _Built:
                 output = await weather(**json.loads(call["function"]["arguments"]))
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
 
-    async def chat_streaming() -> str:
+    async def chat_streaming(self) -> str:
         messages: list[Any] = [{"role": "user", "content": PROMPT}]
         while True:
             body = {"model": "bench", "messages": messages, "tools": CHAT_TOOLS, "stream": True}
             text: list[str] = []
             calls: dict[int, dict[str, Any]] = {}
-            async with client.stream("POST", chat_url, json=body) as response:
+            async with self.client.stream("POST", self.chat_url, json=body) as response:
                 async for line in response.aiter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
@@ -266,30 +275,25 @@ def _httpx2_loop(base_url: str, route: str, stream: bool) -> _Built:
                         _merge_fragment(calls, piece["index"], piece.get("id"), piece.get("function"))
             if not calls:
                 return "".join(text)
-            messages.append({"role": "assistant", "tool_calls": list(calls.values())})
-            for call in calls.values():
-                output = await weather(**json.loads(call["function"]["arguments"]))
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+            await _answer_chat_calls(messages, calls)
 
-    async def responses() -> str:
+    async def responses(self) -> str:
         items: list[Any] = [{"role": "user", "content": PROMPT}]
         while True:
-            response = await client.post(
-                responses_url, json={"model": "bench", "input": items, "tools": RESPONSES_TOOLS}
-            )
-            output_items = response.json()["output"]
-            done = _responses_step(items, output_items)
+            body = {"model": "bench", "input": items, "tools": RESPONSES_TOOLS}
+            output = (await self.client.post(self.responses_url, json=body)).json()["output"]
+            done = _responses_step(items, output)
             if done is not None:
                 return done
-            await _answer_responses_calls(items, output_items)
+            await _answer_responses_calls(items, output)
 
-    async def responses_streaming() -> str:
+    async def responses_streaming(self) -> str:
         items: list[Any] = [{"role": "user", "content": PROMPT}]
         while True:
             body = {"model": "bench", "input": items, "tools": RESPONSES_TOOLS, "stream": True}
             text: list[str] = []
-            output_items: list[Any] = []
-            async with client.stream("POST", responses_url, json=body) as response:
+            output: list[Any] = []
+            async with self.client.stream("POST", self.responses_url, json=body) as response:
                 async for line in response.aiter_lines():
                     if not line.startswith("data: "):
                         continue
@@ -297,18 +301,10 @@ def _httpx2_loop(base_url: str, route: str, stream: bool) -> _Built:
                     if event["type"] == "response.output_text.delta":
                         text.append(event["delta"])
                     elif event["type"] == "response.completed":
-                        output_items = event["response"]["output"]
-            if _responses_step(items, output_items) is not None:
+                        output = event["response"]["output"]
+            if _responses_step(items, output) is not None:
                 return "".join(text)
-            await _answer_responses_calls(items, output_items)
-
-    runs = {
-        ("chat", False): chat,
-        ("chat", True): chat_streaming,
-        ("responses", False): responses,
-        ("responses", True): responses_streaming,
-    }
-    return runs[route, stream], client.aclose
+            await _answer_responses_calls(items, output)
 
 
 def _responses_step(items: list[Any], output: list[Any]) -> str | None:

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible server in its own process, so it does not share the GIL with the client.
 
 `python benchmarks/_scripted.py [latency]` prints `READY <base_url>` and serves until stdin closes;
-`serve(latency)` does that from a benchmark and yields the base URL. The script, the same on both
+a line `cpu` on stdin makes it print its CPU seconds so far. `serve(latency)` does that from a
+benchmark and yields a `Served` (base URL, CPU time). The script, the same on both
 routes, streaming or not: a request whose last message (Chat) or input item (Responses) is not a
 tool result gets one `get_weather` call; a request after the tool result gets the final text.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,15 +42,11 @@ class Served:
         self.base_url = base_url
 
     def cpu_seconds(self) -> float:
-        """User plus system CPU time of the server process so far (Linux `/proc`)."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _clock_ticks()
-
-
-def _clock_ticks() -> int:
-    import os
-
-    return os.sysconf("SC_CLK_TCK")
+        """User plus system CPU time of the server process so far, all threads."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write("cpu\n")
+        self.process.stdin.flush()
+        return float(self.process.stdout.readline())
 
 
 @contextmanager
@@ -81,7 +79,9 @@ def main() -> None:
     latency = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
     with ScriptedServer(script, latency=latency, check_transcript=False) as server:
         print(f"READY {server.base_url}", flush=True)
-        sys.stdin.read()
+        for line in sys.stdin:
+            if line.strip() == "cpu":
+                print(time.process_time(), flush=True)
 
 
 if __name__ == "__main__":

@@ -124,9 +124,23 @@ def test_unknown_route_is_refused_clearly(env: dict[str, str]) -> None:
     assert "carrier-pigeon" in done.stderr and "chat" in done.stderr
 
 
-def test_request_id_is_handed_to_the_tools(env: dict[str, str], tmp_path: Path) -> None:
+def test_repeating_a_request_id_books_once_and_replays_the_stored_result(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     with ScriptedServer(bookkeeper) as server:
         env["TOOLWIRE_BASE_URL"] = server.base_url
-        done = run_cli("chat", BOOK, "--json", "--request-id", "req-fixed-1", env=env)
-    assert done.returncode == 0, done.stderr
-    assert len(items(tmp_path)) == 1
+        first = run_cli("chat", BOOK, "--json", "--request-id", "req-fixed-1", env=env)
+        again = run_cli("chat", BOOK, "--json", "--request-id", "req-fixed-1", env=env)
+        other = run_cli("chat", BOOK, "--json", "--request-id", "req-fixed-2", env=env)
+        audit = run_cli("audit", "--json", env=env)
+    assert first.returncode == again.returncode == other.returncode == audit.returncode == 0, audit.stderr
+    calls = [json.loads(done.stdout)["calls"][0] for done in (first, again, other)]
+    assert [c["replayed"] for c in calls] == [False, True, False]
+    assert calls[1]["result"] == calls[0]["result"]  # the stored result, not a second booking
+    assert len(items(tmp_path)) == 2
+    records = [json.loads(line) for line in audit.stdout.splitlines()]
+    assert sorted((r["request_id"], r["replayed"]) for r in records) == [
+        ("req-fixed-1", False),
+        ("req-fixed-1", True),
+        ("req-fixed-2", False),
+    ]

@@ -125,7 +125,6 @@ def test_listings_and_shows_name_the_credential_but_never_print_it(
 def test_test_prints_the_request_as_sent_with_auth_masked_and_the_answer(
     env: dict[str, str], tickets: TicketsServer
 ) -> None:
-
     done = tw(
         env, "functions", "test", "create_ticket", "--args", '{"title": "Cannot log in", "priority": "High"}'
     )
@@ -160,9 +159,20 @@ def test_a_broken_definition_prints_its_path_in_one_sentence(
 
 
 def test_edit_and_remove_keep_connections_and_functions_consistent(
-    env: dict[str, str], tickets: TicketsServer
+    env: dict[str, str], tmp_path: Path
 ) -> None:
-
+    # Without options, the definition opens in $EDITOR: this editor rewrites the description.
+    editor = tmp_path / "editor.py"
+    editor.write_text(
+        "import json, sys\n"
+        "path = sys.argv[1]\n"
+        "doc = json.load(open(path))\n"
+        "doc['description'] = 'Edited in an editor.'\n"
+        "json.dump(doc, open(path, 'w'))\n"
+    )
+    env["EDITOR"] = f"{sys.executable} {editor}"
+    edited = tw(env, "functions", "edit", "create_ticket")
+    shown = tw(env, "functions", "show", "create_ticket")
     described = tw(
         env, "functions", "edit", "create_ticket", "--description", "Open a ticket.", "--rename", "open"
     )
@@ -170,6 +180,8 @@ def test_edit_and_remove_keep_connections_and_functions_consistent(
     removed = tw(env, "functions", "remove", "open")
     gone = tw(env, "connections", "remove", "tickets")
 
+    assert edited.returncode == 0, edited.stderr
+    assert json.loads(shown.stdout)["description"] == "Edited in an editor."
     assert described.returncode == 0, described.stderr
     assert described.stdout.startswith("Updated function open (POST ")
     assert in_use.returncode == 1

@@ -286,7 +286,11 @@ def test_a_document_with_wrong_types_names_each_path() -> None:
 
 def test_a_shown_function_is_read_back_unchanged() -> None:
     definition = weather_function()
-    shown = {"name": "get_weather", "description": definition.description, "connection": "weather"}
+    shown: dict[str, Any] = {
+        "name": "get_weather",
+        "description": definition.description,
+        "connection": "weather",
+    }
     shown |= {"definition": definition.to_json(), "request": {"method": "GET"}, "created_at": "x"}
     assert function_from_json(shown) == definition
     assert function_from_json(definition.to_json(), name="n", description="d", connection="c").parameters == (
@@ -350,6 +354,27 @@ async def test_a_test_run_masks_a_key_in_the_query_and_in_an_echo(
     assert result.request.url == f"{tickets.base_url}/echo?city=Berlin&api_key=[redacted]"
     assert json.loads(result.response)["query"] == {"city": "Berlin", "api_key": "[redacted]"}
     assert TOKEN not in json.dumps(result.to_json())
+
+
+async def test_a_test_run_with_oauth2_shows_the_api_request_not_the_token_request(
+    registry: FunctionRegistry, tickets: TicketsServer
+) -> None:
+    auth = AuthConfig(
+        type="oauth2_client_credentials",
+        token_url=f"{tickets.base_url}/oauth/token",
+        client_id="demo-client",
+        secrets={"client_secret": "demo-secret"},
+    )
+    connection, functions = tickets_functions(tickets.base_url, TOKEN)
+    await registry.add_connection("acme", dataclasses.replace(connection, auth=auth))
+    await registry.add_functions("acme", functions)
+
+    result = await registry.test_function("acme", "list_tickets", {"limit": 1})
+
+    assert result.ok and result.status == 200 and result.request is not None
+    assert result.request.url == f"{tickets.base_url}/tickets?limit=1"
+    assert result.request.headers["Authorization"] == "Bearer [redacted]"
+    assert "demo-secret" not in json.dumps(result.to_json())
 
 
 async def test_a_test_run_reports_upstream_errors_and_invalid_arguments(

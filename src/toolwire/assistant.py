@@ -17,6 +17,7 @@ import httpx2
 
 from toolwire.context import Context
 from toolwire.exceptions import ConfigError
+from toolwire.gate import AuditLog, Gate, Ledger
 from toolwire.models.base import Model
 from toolwire.runner import Runner
 from toolwire.settings import Settings
@@ -90,11 +91,14 @@ def _system_prompt(functions: Sequence[Tool]) -> Callable[[Context], str]:
     return prompt
 
 
-async def _runner(model: Model, functions: Sequence[Tool]) -> Runner:
+async def _runner(model: Model, functions: Sequence[Tool], db: Database) -> Runner:
     from toolwire.demo.bookkeeping import bookkeeping_toolbox
 
     toolbox = bookkeeping_toolbox().merged(Toolbox(functions))
-    return Runner(model, toolbox, system_prompt=_system_prompt(functions))
+    # Writes go through the ledger (exactly once per request id) and every call is audited, in
+    # the same database the tools use, so a local write commits together with its record.
+    gate = Gate(toolbox, ledger=Ledger(db), audit=AuditLog(db))
+    return Runner(model, toolbox, gate=gate, system_prompt=_system_prompt(functions))
 
 
 @dataclass(kw_only=True)
@@ -133,7 +137,7 @@ class Assistant:
         if cached is not None and cached[0] == version:
             return cached[1]
         functions = await self.registry.load_tools(tenant_id, self.http)
-        runner = await _runner(self.runner.model, functions)
+        runner = await _runner(self.runner.model, functions, self.db)
         self._runners[tenant_id] = (version, runner)
         return runner
 
@@ -160,7 +164,7 @@ async def open_assistant(
             async with httpx2.AsyncClient() as http:
                 registry = function_registry(db)
                 version = await registry.version(tenant_id)
-                runner = await _runner(model, await registry.load_tools(tenant_id, http))
+                runner = await _runner(model, await registry.load_tools(tenant_id, http), db)
                 assistant = Assistant(
                     runner=runner, db=db, settings=settings, registry=registry, http=http, tenant_id=tenant_id
                 )

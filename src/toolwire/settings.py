@@ -35,6 +35,8 @@ class Settings:
     api_key: str | None = None
     model: str = "gpt-4.1-mini"
     route: str = "chat"
+    upstream_models: str = ""
+    """More model names the gateway forwards to `base_url`, comma-separated; `model` is always one."""
     database_url: str | None = None
     """SQLAlchemy URL; unset means a SQLite file in the user's data directory."""
     local_model: str | None = None

@@ -123,6 +123,9 @@ def add(
     ] = None,
     client_id: Annotated[str | None, typer.Option(help="The client id (oauth2_client_credentials).")] = None,
     scope: Annotated[list[str] | None, typer.Option(help="An OAuth2 scope; repeat for several.")] = None,
+    token_auth_method: Annotated[
+        str, typer.Option(help="client_secret_basic or client_secret_post (oauth2_client_credentials).")
+    ] = "client_secret_basic",
     timeout: Annotated[float, typer.Option(help="Seconds to connect and for each read.")] = 10.0,
     secret: Annotated[
         list[str] | None,
@@ -143,6 +146,8 @@ def add(
     from toolwire.tools.registry import NotFoundError
 
     given = _secrets(secret or [])
+    if token_auth_method not in ("client_secret_basic", "client_secret_post"):
+        fail("--token-auth-method must be client_secret_basic or client_secret_post.")
 
     async def work(registry: FunctionRegistry) -> ConnectionView:
         missing = [key for key in SECRET_KEYS.get(auth, ()) if not given.get(key)]
@@ -163,6 +168,7 @@ def add(
             token_url=token_url,
             client_id=client_id,
             scopes=tuple(scope or ()),
+            token_auth_method=token_auth_method,  # type: ignore[arg-type]  # checked above
             secrets=given,
         )
         connection = Connection(

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolwire.assistant import build_model, open_assistant
 from toolwire.models.base import Model
-from toolwire.service import admin_audit, admin_functions, admin_users, chat_api, ops
+from toolwire.service import admin_audit, admin_functions, admin_users, chat_api, gateway, ops, pages
 from toolwire.service.errors import ApiError, BodyTooLargeError, install_error_handlers
 from toolwire.service.ops import MeteredModel, Metrics, RequestContextMiddleware
 from toolwire.service.runs import RunManager
@@ -107,9 +107,11 @@ def create_app(settings: Settings | None = None, *, model: Model | None = None) 
     install_error_handlers(app)
     app.include_router(ops.router)
     app.include_router(chat_api.router)
+    app.include_router(gateway.router)
     app.include_router(admin_users.router)
     app.include_router(admin_functions.router)
     app.include_router(admin_audit.router)
+    app.include_router(pages.router)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)  # outermost: sees every answer
     app.openapi = _openapi(app)  # type: ignore[method-assign]

@@ -31,7 +31,7 @@ from toolwire.tools import _registry_rows as rows
 from toolwire.tools._http_check import Problem
 from toolwire.tools._registry_connections import ConnectionStore
 from toolwire.tools._registry_rows import AlreadyExistsError, ConnectionInUseError, NotFoundError
-from toolwire.tools._registry_test import run_test
+from toolwire.tools._registry_run import run_test
 from toolwire.tools._registry_views import (
     ConnectionView,
     FunctionTestResult,
