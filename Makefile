@@ -6,7 +6,7 @@ VENV         := .venv
 BIN          := $(VENV)/bin
 PIP          := $(BIN)/pip --disable-pip-version-check
 
-.PHONY: help install demo test lint typecheck pytest bench clean
+.PHONY: help install demo test lint typecheck pytest bench clean chromium
 
 help: ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -43,7 +43,18 @@ lint: $(VENV)/.dev-installed ## ruff
 typecheck: $(VENV)/.dev-installed ## mypy --strict
 	$(BIN)/mypy
 
-pytest: install ## The test suite only
+# The browser tests drive Debian's Chromium through Playwright (never `playwright install`, which
+# downloads a browser). Installed here when root, as in CI; elsewhere those tests say why they skip.
+chromium: ## Debian's Chromium for the browser tests (installed when root)
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Installing Debian's chromium for the browser tests (once)..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+	  echo "/usr/bin/chromium is missing and this is not root: the browser tests will be skipped (CI requires them)."; \
+	fi
+
+pytest: install chromium ## The test suite only
 	@$(BIN)/python -c "import socket; socket.create_connection(('127.0.0.1', 5432), 2)" 2>/dev/null \
 	  || echo "PostgreSQL is not reachable at 127.0.0.1:5432: its tests will be skipped (CI requires them)."
 	$(BIN)/pytest -q

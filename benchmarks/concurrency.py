@@ -3,8 +3,9 @@
 Each contender of `_contenders.py` runs in a process of its own, so its import time and peak RSS
 are its own: the process imports the contender's library (timed), starts one warm-up batch, then
 runs batches of N concurrent runs (`asyncio.gather`), each run a user turn, one tool call and the
-final text (two model requests). Figures: runs per second (median over batches and rounds), peak
-RSS of the process, and the import time of the library; ratios against the bare-`httpx2` loop.
+final text (two model requests). Figures: runs per second (median over batches and rounds), the
+client's CPU time per run, peak RSS of the process, and the import time of the library; ratios
+against the bare-`httpx2` loop.
 The contenders' processes are started in rounds, the order rotating, so noise hits all alike.
 
 Targets for toolwire: at least 0.8x the runs per second of the `httpx2` loop, and above both
@@ -50,11 +51,13 @@ async def child(
 
     try:
         await batch()  # warm-up: connections, caches, lazy imports
+        cpu = time.process_time()
         rates = [await batch() for _ in range(batches)]
+        cpu = (time.process_time() - cpu) / (runs * batches)
     finally:
         await contender.close()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return {"import_s": imported, "rates": rates, "peak_mib": peak_kib / 1024}
+    return {"import_s": imported, "rates": rates, "cpu_s": [cpu], "peak_mib": peak_kib / 1024}
 
 
 def spawn(name: str, base_url: str, args: argparse.Namespace) -> dict[str, Any] | str:
@@ -85,10 +88,11 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, Any] | str]:
                 if isinstance(figures, str):
                     found[name] = figures
                     continue
-                pooled = found.setdefault(name, {"import_s": [], "rates": [], "peak_mib": []})
+                pooled = found.setdefault(name, {"import_s": [], "rates": [], "cpu_s": [], "peak_mib": []})
                 assert isinstance(pooled, dict)
                 pooled["import_s"].append(figures["import_s"])
                 pooled["rates"] += figures["rates"]
+                pooled["cpu_s"] += figures["cpu_s"]
                 pooled["peak_mib"].append(figures["peak_mib"])
     return {
         name: value
@@ -101,15 +105,15 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, Any] | str]:
 def report(figures: dict[str, dict[str, Any] | str]) -> str:
     """A markdown table with ratios against the httpx2 loop and toolwire's verdict."""
     lines = [
-        "| client | runs/s | vs httpx2 loop | peak RSS MiB | vs httpx2 loop | import ms | vs httpx2 loop "
-        "| toolwire targets |",
-        "|---|--:|--:|--:|--:|--:|--:|---|",
+        "| client | runs/s | vs httpx2 loop | client CPU ms/run | peak RSS MiB | vs httpx2 loop "
+        "| import ms | vs httpx2 loop | toolwire targets |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     base = figures["httpx2 loop"]
     assert isinstance(base, dict)
     for name, row in figures.items():
         if isinstance(row, str):
-            lines.append(f"| {name} | {row} |||||||")
+            lines.append(f"| {name} | {row} ||||||||")
             continue
         verdict = ""
         if name == "toolwire":
@@ -123,7 +127,8 @@ def report(figures: dict[str, dict[str, Any] | str]) -> str:
             verdict = "**MISSED**: " + ", ".join(misses) if misses else "met"
         lines.append(
             f"| {name} | {row['rates']:.0f} | {row['rates'] / base['rates']:.2f}x "
-            f"| {row['peak_mib']:.0f} | {row['peak_mib'] / base['peak_mib']:.2f}x "
+            f"| {row['cpu_s'] * 1000:.2f} | {row['peak_mib']:.0f} "
+            f"| {row['peak_mib'] / base['peak_mib']:.2f}x "
             f"| {row['import_s'] * 1000:.0f} | {row['import_s'] / base['import_s']:.1f}x | {verdict} |"
         )
     return "\n".join(lines)

@@ -5,8 +5,9 @@ with the same async tool, on the Chat and the Responses route, streaming and not
 a minimal hand-written loop on the official `openai` client, one on bare `httpx2`, the OpenAI Agents
 SDK and Pydantic AI (see `_contenders.py`). Within each route and mode the contenders are interleaved
 in rounds (the order rotating) so noise on the shared machine hits all of them alike; each figure is
-the median over the rounds of the mean per run. Printed per row: wall time and client CPU time per
-run and their ratios to the two hand-written loops of the same route and mode.
+the median over the rounds of the mean per run. Printed per row: wall time, client CPU time and the
+scripted server's CPU time per run, and the ratios to the two hand-written loops of the same route
+and mode.
 
 Targets for toolwire (checked on client CPU and on wall time): at most 0.8x the `openai` loop, at
 most 1.5x the `httpx2` loop, and below both frameworks. A missed target is marked, not an error.

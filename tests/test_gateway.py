@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -12,7 +13,9 @@ import httpx2
 import pytest
 
 from service_support import BOOK, add_user, bearer, serving, sqlite_url
-from toolwire.messages import ToolResult, UserMessage
+from toolwire.messages import TextDelta, ToolResult, UserMessage
+from toolwire.models.base import StreamEvent
+from toolwire.service.gateway_stream import Feed, chat_sse
 from toolwire.settings import Settings
 from toolwire.testing import FunctionModel, ModelRequest, call, reply
 from toolwire.testing.server import ScriptedServer, Step
@@ -274,6 +277,23 @@ async def test_the_toolwire_model_streams_on_responses_what_it_answers_whole(
     assert text == message["content"][0]["text"] == "Booking it now.\n\nBooked lunch for 12.50."
 
 
+async def test_an_idempotency_key_makes_a_retried_request_write_once(
+    http: httpx2.AsyncClient, key: str, tmp_path: Path
+) -> None:
+    body = {"model": "toolwire", "messages": [{"role": "user", "content": "Book lunch"}]}
+    retried = {**bearer(key), "Idempotency-Key": "order-17"}
+    answers = []
+    for _ in range(2):
+        response = await http.post("/v1/chat/completions", json=body, headers=retried)
+        answers.append(response.json()["choices"][0]["message"]["content"])
+    assert len(items_in_db(tmp_path)) == 1
+    assert answers[0] == answers[1] == "Booking it now.\n\nBooked lunch for 12.50."
+    # Without a key, two requests are two bookings.
+    for _ in range(2):
+        assert (await http.post("/v1/chat/completions", json=body, headers=bearer(key))).status_code == 200
+    assert len(items_in_db(tmp_path)) == 3
+
+
 @pytest.mark.parametrize(("client_wire", "route"), [("responses", "chat"), ("chat", "responses")])
 async def test_a_client_on_one_wire_is_served_by_an_upstream_on_the_other(
     tmp_path: Path, key: str, upstream: ScriptedServer, client_wire: str, route: str
@@ -299,3 +319,23 @@ async def test_a_client_on_one_wire_is_served_by_an_upstream_on_the_other(
         assert sent["messages"][0] == {"role": "system", "content": "Be brief."}
     else:
         assert sent["instructions"] == "Be brief."
+
+
+async def test_a_run_stopped_by_shutdown_ends_its_stream_with_an_error_not_a_done() -> None:
+    async def events() -> AsyncIterator[StreamEvent]:
+        yield TextDelta(text="Hi")
+        await asyncio.Event().wait()  # never set: only a cancel ends this run
+        yield TextDelta(text="unreachable")
+
+    feed = Feed(events(), detached=True)
+    stream = chat_sse(feed, model="toolwire", id="chatcmpl-1", include_usage=False)
+    opening = [await anext(stream), await anext(stream)]
+    feed.task.cancel()
+    rest = [chunk async for chunk in stream]
+
+    assert [c["choices"][0]["delta"] for c in chat_chunks("".join(opening))] == [
+        {"role": "assistant", "content": ""},
+        {"content": "Hi"},
+    ]
+    [last] = chat_chunks("".join(rest))
+    assert last["error"]["code"] == "cancelled"

@@ -156,7 +156,7 @@ async def test_sampling_and_bookkeeping_fields_are_accepted(
                     }
                 ]
             },
-            "messages[0].content[1]",
+            "messages.[0].content.[1]",
             "image_url",
         ),
     ],

@@ -41,7 +41,9 @@ if _IN_CI:
     # CI must run the browser tests: a missing Playwright or Chromium fails there instead of skipping.
     import playwright.sync_api as playwright_api
 
-    assert CHROMIUM.exists(), f"{CHROMIUM} is missing; install Debian's chromium package (apt-get install chromium)"
+    assert CHROMIUM.exists(), (
+        f"{CHROMIUM} is missing; install Debian's chromium package (apt-get install chromium)"
+    )
 else:
     playwright_api = pytest.importorskip(
         "playwright.sync_api",
@@ -82,10 +84,12 @@ def _model_script(body: dict[str, Any], route: str) -> Step:
         answer = json.loads(last.content)
         # The delay keeps the run open after its call finished, so the page shows a run in progress.
         return Step.reply(
-            f"Ticket {answer['ticket_id']} is open with priority High; the facilities team will see it first.",
+            f"Ticket {answer['ticket_id']} is open with priority High; facilities will see it first.",
             latency=1.5,
         )
     said = [m for m in transcript if isinstance(m, UserMessage)]
+    if "refuse" in said[-1].content:
+        return Step.error(400, "The scripted model refuses this request.")
     if "printer" in said[-1].content:
         arguments = {"title": "Printer on fire", "priority": "High", "description": "Floor 3."}
         return Step.text_and_call(FIRST_WORDS, "create_ticket", arguments)
@@ -198,16 +202,14 @@ class Tab:
 
 
 def _tab(browser: Browser, service: Service, **context: Any) -> Iterator[Tab]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 900}, **context)
+    ctx = browser.new_context(**({"viewport": {"width": 1280, "height": 900}} | context))
     page = ctx.new_page()
     page.set_default_timeout(10_000)
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
     page.on(
         "console",
-        lambda message: (
-            problems.append(message.text) if "Content Security Policy" in message.text else None
-        ),
+        lambda message: problems.append(message.text) if "Content Security Policy" in message.text else None,
     )
     yield Tab(page, service, problems)
     ctx.close()
@@ -225,7 +227,11 @@ def narrow_tab(browser: Browser, service: Service) -> Iterator[Tab]:
 
 
 def _ensure_connection(service: Service, name: str) -> None:
-    body = {"name": name, "url": service.tickets.base_url, "auth": {"type": "bearer", "secrets": {"token": TICKETS_TOKEN}}}
+    body = {
+        "name": name,
+        "url": service.tickets.base_url,
+        "auth": {"type": "bearer", "secrets": {"token": TICKETS_TOKEN}},
+    }
     response = service.api("POST", "/admin/api/connections", body)
     assert response.status_code in (201, 409), response.text
 
@@ -331,7 +337,7 @@ def test_a_function_made_in_the_pages_is_called_from_the_chat(tab: Tab) -> None:
     page.get_by_role("button", name="Run test").click()
     sent = page.locator("#test-request")
     expect(sent).to_contain_text(f"POST {service.tickets.base_url}/tickets")
-    expect(sent).to_contain_text(re.compile(r"authorization: \[redacted\]", re.IGNORECASE))
+    expect(sent).to_contain_text("Authorization: Bearer [redacted]")
     expect(sent).to_contain_text('"title": "Tested from the page"')
     expect(page.locator("#test-response")).to_contain_text("HTTP 201")
     expect(page.locator("#test-response")).to_contain_text('"ticket_id": "SUP-')
@@ -358,7 +364,7 @@ def test_a_function_made_in_the_pages_is_called_from_the_chat(tab: Tab) -> None:
     tab.shot("chat-streaming")
     expect(answer).to_have_attribute("data-state", "done", timeout=15_000)
     expect(answer.locator(".text")).to_have_text(
-        re.compile(r"^Ticket SUP-\d+ is open with priority High; the facilities team will see it first\.$")
+        re.compile(r"^Ticket SUP-\d+ is open with priority High; facilities will see it first\.$")
     )
     summary = call.locator("summary")
     expect(summary.locator(".call-name")).to_have_text("create_ticket")
@@ -437,7 +443,9 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("case", list(BROKEN))
-def test_a_broken_definition_shows_its_error_next_to_the_field_and_keeps_the_input(tab: Tab, case: str) -> None:
+def test_a_broken_definition_shows_its_error_next_to_the_field_and_keeps_the_input(
+    tab: Tab, case: str
+) -> None:
     page, service = tab.page, tab.service
     definition, mentioned = BROKEN[case]
     _ensure_connection(service, "tickets_for_errors")
@@ -473,7 +481,7 @@ def test_a_definition_that_is_not_json_is_refused_in_the_page(tab: Tab) -> None:
     page.fill("#fn-description", "Never saved.")
     page.select_option("#fn-connection", "tickets_for_errors")
     page.fill("#fn-definition", '{"parameters": {"type": "object",}')
-    page.get_by_role("button", name="Create function").click()
+    page.press("#fn-definition", "Control+Enter")
     expect(page.locator("#fn-definition-error")).to_contain_text("This is not valid JSON")
     assert page.input_value("#fn-definition") == '{"parameters": {"type": "object",}'
 
@@ -509,12 +517,125 @@ def test_a_connection_in_use_cannot_be_deleted_and_the_page_says_why(tab: Tab) -
     assert service.api("GET", "/admin/api/functions/list_tickets_in_use").status_code == 404
 
 
+def test_a_connection_without_its_credential_shows_the_refusal_next_to_the_credential(tab: Tab) -> None:
+    page, service = tab.page, tab.service
+    tab.sign_in()
+    tab.go("/admin/connections/new")
+    page.fill("#cn-name", "no_token")
+    page.fill("#cn-url", service.tickets.base_url)
+    page.select_option("#cn-auth-type", "bearer")
+    page.get_by_role("button", name="Create connection").click()
+    error = page.locator("#cn-secret-error")
+    expect(error).to_be_visible()
+    assert not error.inner_text().startswith("{")
+    expect(page.locator("#cn-secret")).to_have_attribute("aria-invalid", "true")
+    assert page.input_value("#cn-name") == "no_token"
+    assert service.api("GET", "/admin/api/connections/no_token").status_code == 404
+    tab.shot("connection-error")
+
+
+def test_an_openapi_document_is_imported_from_the_functions_page(tab: Tab) -> None:
+    page, service = tab.page, tab.service
+    _ensure_connection(service, "tickets_imported")
+    document = {
+        "openapi": "3.0.3",
+        "info": {"title": "Tickets", "version": "1"},
+        "paths": {
+            "/tickets/{ticket_id}": {
+                "get": {
+                    "operationId": "read_ticket",
+                    "summary": "Read one ticket.",
+                    "parameters": [
+                        {"name": "ticket_id", "in": "path", "required": True, "schema": {"type": "string"}}
+                    ],
+                },
+                "delete": {"operationId": "drop_ticket", "summary": "Delete one ticket."},
+            }
+        },
+    }
+    tab.sign_in()
+    tab.go("/admin/functions")
+    page.get_by_text("Import an OpenAPI document", exact=True).click()
+    page.select_option("#import-connection", "tickets_imported")
+    page.fill("#import-document", '{"openapi": "3.0.3", "paths": ')
+    page.get_by_role("button", name="Import").click()
+    expect(page.locator("#import-document-error")).to_contain_text("This is not valid JSON")
+
+    page.fill("#import-document", json.dumps(document))
+    page.get_by_role("button", name="Import").click()
+    result = page.locator("#import-result")
+    expect(result).to_contain_text("Imported 1 function(s): read_ticket.")
+    expect(result).to_contain_text("delete")
+    expect(page.get_by_role("row", name=re.compile("read_ticket"))).to_contain_text(
+        f"GET {service.tickets.base_url}/tickets/{{ticket_id}}"
+    )
+    tab.shot("functions-imported")
+
+
+def test_the_test_button_reports_invalid_arguments_without_sending(tab: Tab) -> None:
+    page, service = tab.page, tab.service
+    _ensure_connection(service, "tickets_tested")
+    body = {
+        "name": "get_ticket_tested",
+        "description": "Get one ticket.",
+        "connection": "tickets_tested",
+        "definition": {
+            "parameters": {
+                "type": "object",
+                "required": ["ticket_id"],
+                "properties": {"ticket_id": {"type": "string"}},
+            },
+            "path": "/tickets/{ticket_id}",
+        },
+    }
+    assert service.api("POST", "/admin/api/functions", body).status_code == 201
+    tab.sign_in()
+    tab.go("/admin/functions/get_ticket_tested")
+    # The arguments start as an example from the schema: every required property.
+    expect(page.locator("#test-arguments")).to_have_value('{\n  "ticket_id": ""\n}')
+    page.fill("#test-arguments", '{"ticket_id": 7}')
+    page.get_by_role("button", name="Run test").click()
+    outcome = page.locator(".test-outcome")
+    expect(outcome).to_contain_text("invalid_arguments")
+    expect(page.locator("#test-result")).to_contain_text("Nothing was sent.")
+    expect(page.locator("#test-request")).to_have_count(0)
+    tab.shot("function-test-invalid")
+
+
+def test_a_failing_model_shows_its_sentence_and_a_new_conversation_starts_empty(tab: Tab) -> None:
+    page = tab.page
+    tab.sign_in()
+    page.fill("#chat-input", "Please refuse this.")
+    page.press("#chat-input", "Enter")
+    answer = page.locator(".message.assistant").last
+    expect(answer).to_have_attribute("data-state", "error")
+    error = answer.locator(".error-box")
+    expect(error).to_contain_text("The scripted model refuses this request.")
+    assert not error.inner_text().startswith("{")
+    tab.shot("chat-error")
+    page.get_by_role("button", name="New conversation").click()
+    expect(page.locator(".message")).to_have_count(0)
+    expect(page.locator("#chat-empty")).to_be_visible()
+    expect(page.locator("#chat-input")).to_be_focused()
+
+
 # --- narrow windows -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/chat", "/admin/functions", "/admin/connections", "/admin/audit", "/admin/functions/new"])
+@pytest.mark.parametrize(
+    "path", ["/chat", "/admin/functions", "/admin/connections", "/admin/audit", "/admin/functions/new"]
+)
 def test_pages_fit_a_narrow_window(narrow_tab: Tab, path: str) -> None:
-    page = narrow_tab.page
+    page, service = narrow_tab.page, narrow_tab.service
+    # Something in every table, so the narrow layout of a filled table is what is checked.
+    _ensure_connection(service, "tickets_narrow")
+    function = {
+        "name": "list_tickets_narrow",
+        "description": "List the support tickets, optionally only those of one priority.",
+        "connection": "tickets_narrow",
+        "definition": {"parameters": {"type": "object", "properties": {}}, "path": "/tickets"},
+    }
+    assert service.api("POST", "/admin/api/functions", function).status_code in (201, 409)
     narrow_tab.sign_in()
     narrow_tab.go(path)
     expect(page.locator(".loading")).to_have_count(0)

@@ -7,13 +7,15 @@
 Routers raise `ApiError(status, message, ...)`; `install_error_handlers` renders it and translates
 what FastAPI, Starlette and toolwire raise themselves: malformed JSON and schema violations become
 400 `invalid_request_error` naming the offending field, unknown paths 404, a too-large body 413,
-a failing model 502, an unreachable database 503. Unexpected exceptions are answered 500 by the
-request middleware in `toolwire.service.ops`.
+a failing model 502, an unreachable database 503 `service_unavailable` (its cause goes to the
+log, not to the client). Unexpected exceptions are answered 500 by the request middleware in
+`toolwire.service.ops`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +28,8 @@ from starlette.responses import JSONResponse, Response
 from toolwire.exceptions import ModelError, StorageError, UserError
 
 __all__ = ["ApiError", "BodyTooLargeError", "error_body", "error_for", "install_error_handlers"]
+
+logger = logging.getLogger("toolwire.service")
 
 _TYPES = {401: "invalid_request_error", 403: "permission_error", 404: "invalid_request_error"}
 _MAX_LISTED = 3
@@ -97,7 +101,13 @@ def error_for(exc: BaseException) -> ApiError:
     if isinstance(exc, ModelError):
         return ApiError(502, f"The model endpoint failed: {exc}", code="model_error")
     if isinstance(exc, StorageError):
-        return ApiError(503, str(exc), code="storage_unavailable", headers={"Retry-After": "5"})
+        # The cause (host, port, driver message) is for the operator's log, not for API clients.
+        return ApiError(
+            503,
+            "The service cannot reach its database right now; retry in a few seconds.",
+            code="service_unavailable",
+            headers={"Retry-After": "5"},
+        )
     if isinstance(exc, TimeoutError):
         return ApiError(
             504, "The run took longer than the service allows; try a simpler request.", code="timeout"
@@ -160,6 +170,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, exc: Exception) -> Response:
         return error_for(exc).response()
 
+    async def on_storage_error(request: Request, exc: Exception) -> Response:
+        logger.warning("Answered 503 to %s %s: %s", request.method, request.url.path, exc)
+        return error_for(exc).response()
+
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         return _validation_error(exc).response()
@@ -170,6 +184,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(ModelError, on_api_error)
-    app.add_exception_handler(StorageError, on_api_error)
+    app.add_exception_handler(StorageError, on_storage_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)

@@ -12,7 +12,9 @@ Point the official `openai` SDK, the OpenAI Agents SDK or any OpenAI-compatible 
 - **`toolwire`** (also `toolwire/assistant`): the server runs its own tool loop with the tools of
   the caller's tenant and answers with the final message only. Text the model wrote in earlier
   rounds (before it called a tool) is part of that message, joined by a blank line, so a stream
-  and a whole answer say the same. Sending `tools` in this mode is refused rather than mixed.
+  and a whole answer say the same. Sending `tools` in this mode is refused rather than mixed. A
+  request repeated with the same `Idempotency-Key` header replays its writes instead of repeating
+  them.
 
 Both wires are read into the canonical transcript and rendered back from the returned turn, so
 translation between them is the same code as pass-through. What the transcript cannot carry
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Annotated, Any, Literal, cast
@@ -57,6 +60,7 @@ from toolwire.wire import chat, responses
 __all__ = ["check_fields", "router"]
 
 WireName = Literal["chat", "responses"]
+_SANE_KEY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 # --- which fields a body may carry --------------------------------------------------------------
@@ -177,9 +181,9 @@ def _check_parts(messages: Any) -> None:
             if kind not in ("text", "refusal"):
                 raise ApiError(
                     400,
-                    f"messages[{i}].content[{j}] is a {kind!r} part, which this gateway cannot carry; "
+                    f"messages.[{i}].content.[{j}] is a {kind!r} part, which this gateway cannot carry; "
                     "send text parts only.",
-                    param=f"messages[{i}].content[{j}]",
+                    param=f"messages.[{i}].content.[{j}]",
                     code="invalid_value",
                 )
 
@@ -265,7 +269,7 @@ async def _serve(request: Request, principal: Principal, state: ServiceState, wi
     transcript, tools, options, stream = parsed
     gateway = get_gateway(state)
     if name in AGENT_MODELS:
-        feed = await _start_run(principal, state, gateway, name, transcript, tools)
+        feed = await _start_run(request, principal, state, gateway, name, transcript, tools)
         if not stream:
             # `wait`, not `await`: a client that goes away does not cut the run off.
             await asyncio.wait({feed.task})
@@ -283,6 +287,7 @@ async def _serve(request: Request, principal: Principal, state: ServiceState, wi
 
 
 async def _start_run(
+    request: Request,
     principal: Principal,
     state: ServiceState,
     gateway: Gateway,
@@ -300,7 +305,13 @@ async def _start_run(
         )
     assistant = state.started
     runner = await assistant.runner_for(principal.tenant_id)
-    return gateway.run(runner, transcript, assistant.context(**principal.context_values()))
+    values: dict[str, Any] = principal.context_values()
+    key = request.headers.get("idempotency-key", "")
+    if _SANE_KEY.match(key):
+        # A retry under the same key replays the writes instead of repeating them. Scoped to the
+        # user, so two users' keys never meet.
+        values["request_id"] = f"gateway:{principal.user_id}:{key}"
+    return gateway.run(runner, transcript, assistant.context(**values))
 
 
 async def _upstream_events(
@@ -344,8 +355,10 @@ async def _stream(feed: Feed, wire: WireName, name: str, *, include_usage: bool)
     try:
         # A failure before the first event still gets its own status, not a 200 with an error in it.
         await feed.ready()
-    except Exception as exc:
+    except BaseException as exc:
         feed.release()
+        if not isinstance(exc, Exception):
+            raise
         raise gateway_error(exc) from None
     if wire == "chat":
         events = chat_sse(feed, model=name, id=f"chatcmpl-{uuid.uuid4().hex}", include_usage=include_usage)

@@ -134,7 +134,7 @@ class Feed:
 
     async def _produce(self, events: AsyncIterator[StreamEvent], timeout: float | None) -> Turn:
         turn: Turn | None = None
-        # aclosing: a cancelled feed closes the model's stream (and its connection) at once.
+        # Closed on every way out: a cancelled feed closes the model's stream (and its connection) at once.
         stream = cast(AsyncGenerator[StreamEvent], events)
         try:
             async with asyncio.timeout(timeout):
@@ -172,7 +172,8 @@ class Feed:
 
     def _raise(self) -> None:
         if self.task.cancelled():
-            raise asyncio.CancelledError()
+            # Only a stopping service cancels a feed that still has its reader: say so, as an error.
+            raise error_for(asyncio.CancelledError())
         failure = self.task.exception()
         if failure is not None:
             raise failure

@@ -10,6 +10,7 @@ goes away, waiting for them at shutdown as `RunManager` waits for chat runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from toolwire.service.state import ServiceState, get_state
 from toolwire.settings import Settings
 
 __all__ = ["AGENT_MODELS", "Gateway", "get_gateway", "router"]
+
+logger = logging.getLogger("toolwire.service.gateway")
 
 AGENT_MODELS = ("toolwire", "toolwire/assistant")
 """The model names that run the server's own tool loop."""
@@ -77,13 +80,7 @@ class Gateway:
         if model is not None:
             return model
         if name not in self.upstream_names or self.settings.base_url is None:
-            raise ApiError(
-                404,
-                f"The model {name!r} does not exist here; use one of {', '.join(self.model_names)} "
-                "(GET /v1/models lists them).",
-                param="model",
-                code="model_not_found",
-            )
+            raise self.not_found(name)
         upstream = OpenAIModel(
             name,
             base_url=self.settings.base_url,
@@ -92,6 +89,16 @@ class Gateway:
         )
         model = self._models[name] = MeteredModel(upstream, self.metrics)
         return model
+
+    def not_found(self, name: str) -> ApiError:
+        """The 404 `model_not_found` for `name`, naming the models there are."""
+        return ApiError(
+            404,
+            f"The model {name!r} does not exist here; use one of {', '.join(self.model_names)} "
+            "(GET /v1/models lists them).",
+            param="model",
+            code="model_not_found",
+        )
 
     def run(self, runner: Runner, transcript: list[Message], context: Context) -> Feed:
         """Start the tool loop on `transcript`; it runs to its end even if its client goes away."""
@@ -132,6 +139,10 @@ class Gateway:
             outcome = "done"
         except asyncio.CancelledError:
             outcome = "cancelled"
+            raise
+        except Exception as exc:
+            # Logged here too: the client that asked may have gone and will not hear of it.
+            logger.warning("A gateway run of the tool loop failed: %s", exc)
             raise
         finally:
             metrics.runs_in_flight.dec()
@@ -200,5 +211,5 @@ async def retrieve_model(
     """The model called `model`, or 404 `model_not_found`."""
     gateway = get_gateway(state)
     if model not in gateway.model_names:
-        gateway.upstream(model)  # raises the 404 that names the models there are
+        raise gateway.not_found(model)
     return _model_json(model)

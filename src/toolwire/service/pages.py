@@ -60,14 +60,13 @@ def _templates() -> Environment:
     )
 
 
-def _page(template: str, *, title: str, section: str, admin: bool = True, **values: Any) -> HTMLResponse:
+def _page(template: str, *, title: str, section: str, **values: Any) -> HTMLResponse:
     """A rendered page with the security headers.
 
     Args:
         template: The template's file name.
         title: The page title (before "· toolwire").
         section: The navigation entry to mark as current.
-        admin: Whether the page is for administrators (its scripts call the admin API).
         **values: More template variables.
     """
     from toolwire import __version__
@@ -75,7 +74,7 @@ def _page(template: str, *, title: str, section: str, admin: bool = True, **valu
     html = (
         _templates()
         .get_template(template)
-        .render(title=title, section=section, admin=admin, version=__version__, **values)
+        .render(title=title, section=section, version=__version__, **values)
     )
     return HTMLResponse(html, headers=_HEADERS)
 
@@ -95,13 +94,13 @@ async def favicon() -> Response:
 @router.get("/login")
 async def login() -> HTMLResponse:
     """Sign in with an API key."""
-    return _page("login.html", title="Sign in", section="login", admin=False)
+    return _page("login.html", title="Sign in", section="login")
 
 
 @router.get("/chat")
 async def chat() -> HTMLResponse:
     """Ask the assistant and watch its answer and tool calls stream in."""
-    return _page("chat.html", title="Chat", section="chat", admin=False)
+    return _page("chat.html", title="Chat", section="chat")
 
 
 @router.get("/admin")

@@ -15,7 +15,8 @@ The database, not the process, decides what runs (so several servers can share o
 3. **Complete.** One transaction stores the outcome on the run row and writes the conversation's
    transcript; nothing is half-written. A run that fails (model error, timeout, cancellation)
    marks its row `failed` and leaves the conversation as it was; repeating the request runs it
-   again, and the idempotency ledger keeps its writes from happening twice.
+   again, and the idempotency ledger keeps its writes from happening twice. A run that fails
+   because the database went away is marked `failed` in the background once it answers again.
 
 A row still `running` after `run_timeout` belongs to a process that died; a repeat claims it again.
 """
@@ -29,6 +30,7 @@ import hashlib
 import json
 import logging
 import secrets
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -262,21 +264,34 @@ async def _complete(db: Database, claim: Claim, result: RunResult, outcome: dict
 
 
 async def _fail(db: Database, claim: Claim, error: dict[str, Any]) -> None:
-    try:
-        async with db.transaction(write=True) as session:
-            await session.execute(
-                update(ChatRun)
-                .where(
-                    ChatRun.tenant_id == claim.tenant_id,
-                    ChatRun.request_id == claim.request_id,
-                    ChatRun.attempt == claim.attempt,
-                    ChatRun.state == "running",
-                )
-                .values(state="failed", outcome=error, updated_at=utc_now())
+    async with db.transaction(write=True) as session:
+        await session.execute(
+            update(ChatRun)
+            .where(
+                ChatRun.tenant_id == claim.tenant_id,
+                ChatRun.request_id == claim.request_id,
+                ChatRun.attempt == claim.attempt,
+                ChatRun.state == "running",
             )
-    except StorageError:
-        # The row stays `running` and becomes claimable after the run timeout.
-        logger.exception("Could not mark run %s as failed", claim.request_id)
+            .values(state="failed", outcome=error, updated_at=utc_now())
+        )
+
+
+async def _fail_when_back(db: Database, claim: Claim, error: dict[str, Any], patience: float) -> None:
+    # A row left `running` would answer every repeat of the request with 409 until the run timeout
+    # passes, so keep trying (with backoff) while the database is away.
+    deadline, delay = time.monotonic() + patience, 0.25
+    while True:
+        await asyncio.sleep(delay)
+        try:
+            await _fail(db, claim, error)
+            return
+        except StorageError:
+            if time.monotonic() + delay > deadline:
+                # The row stays `running` and becomes claimable after the run timeout.
+                logger.exception("Could not mark run %s as failed", claim.request_id)
+                return
+        delay = min(delay * 2, 2.0)
 
 
 @dataclass(eq=False)
@@ -303,6 +318,7 @@ class RunManager:
         self.settings = settings
         self.metrics = metrics
         self._tasks: set[asyncio.Task[dict[str, Any]]] = set()
+        self._cleanups: set[asyncio.Task[None]] = set()
 
     @property
     def in_flight(self) -> int:
@@ -328,6 +344,8 @@ class RunManager:
 
     async def drain(self, timeout: float) -> None:
         """Wait up to `timeout` seconds for the runs under way, then cancel the rest cleanly."""
+        for cleanup in self._cleanups:
+            cleanup.cancel()  # its row becomes claimable after the run timeout instead
         if not self._tasks:
             return
         logger.info("Waiting for %d run(s) to finish", len(self._tasks))
@@ -360,7 +378,15 @@ class RunManager:
             self.metrics.runs.labels(outcome="cancelled" if cancelled else "failed").inc()
             if not cancelled:
                 logger.error("Run %s failed: %s", claim.request_id, exc, exc_info=error.status == 500)
-            await asyncio.shield(_fail(self.assistant.db, claim, error.body()))
+            try:
+                await asyncio.shield(_fail(self.assistant.db, claim, error.body()))
+            except StorageError:
+                # The database is away: the caller gets its answer now, the row is marked once it is back.
+                logger.warning("Run %s will be marked failed once the database answers", claim.request_id)
+                db, patience = self.assistant.db, self.settings.run_timeout
+                cleanup = asyncio.create_task(_fail_when_back(db, claim, error.body(), patience))
+                self._cleanups.add(cleanup)
+                cleanup.add_done_callback(self._cleanups.discard)
             raise
         finally:
             self.metrics.runs_in_flight.dec()

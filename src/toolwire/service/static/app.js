@@ -1,8 +1,8 @@
 // toolwire pages: what every page shares — the API key in sessionStorage, calls to the JSON APIs,
 // errors shown as their sentence, one-shot notices, the navigation, and the sign-in form.
 // The key lives in this tab's sessionStorage only; it is sent as a bearer header, never in a
-// cookie or a URL. Everything is built with textContent, never innerHTML, so no server or model
-// text can become markup.
+// cookie or a URL. Elements are built from text nodes only, never from HTML strings, so no
+// server or model text can become markup.
 "use strict";
 
 (() => {
@@ -125,6 +125,19 @@
     node.hidden = !message;
   }
 
+  /** Fill the table `${id}-rows`, or show `${id}-empty` when there are no rows; the `${id}-loading` note goes. */
+  function fillTable(id, rows) {
+    byId(`${id}-loading`)?.remove();
+    // Each cell carries its column's name, shown beside it when a narrow window stacks the rows.
+    const heads = Array.from(byId(`${id}-table`).querySelectorAll("thead th"), (th) => th.textContent);
+    for (const row of rows) {
+      Array.from(row.children).forEach((cell, index) => cell.setAttribute("data-label", heads[index] || ""));
+    }
+    byId(`${id}-rows`).replaceChildren(...rows);
+    byId(`${id}-table`).hidden = rows.length === 0;
+    byId(`${id}-empty`).hidden = rows.length > 0;
+  }
+
   /** A message for the next page (after a redirect), shown once. */
   function flash(message) {
     sessionStorage.setItem(FLASH, message);
@@ -219,12 +232,23 @@
     });
   }
 
+  // Ctrl+Enter (Cmd+Enter) in a text box submits its form, as Enter does in a one-line field.
+  document.addEventListener("keydown", (event) => {
+    const box = event.target;
+    if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey) || event.defaultPrevented) return;
+    if (box instanceof HTMLTextAreaElement && box.form) {
+      event.preventDefault();
+      box.form.requestSubmit();
+    }
+  });
+
   window.toolwire = {
     ApiFailure,
     CHAT,
     api,
     byId,
     el,
+    fillTable,
     flash,
     formatDuration,
     isAdmin,

@@ -47,7 +47,9 @@
       el("code", { class: "call-args" }, compact(call.arguments ?? {})),
       el("span", { class: `badge outcome-${kind}`, "data-outcome": outcome }, outcome),
       finished ? el("span", { class: "duration" }, tw.formatDuration(call.duration_ms)) : null,
-      call.replayed ? el("span", { class: "badge replayed", title: "Not executed again: the stored result" }, "replayed") : null,
+      call.replayed
+        ? el("span", { class: "badge replayed", title: "Not executed again: the stored result" }, "replayed")
+        : null,
     );
     const body = el(
       "div",
@@ -68,9 +70,18 @@
 
   function renderMessage(message) {
     if (message.role === "user") {
-      return el("li", { class: "message user" }, el("div", { class: "who" }, "You"), el("div", { class: "text" }, message.text));
+      return el(
+        "li",
+        { class: "message user" },
+        el("div", { class: "who" }, "You"),
+        el("div", { class: "text" }, message.text),
+      );
     }
-    const calls = el("ul", { class: "calls", "aria-label": "Tool calls" }, ...(message.calls || []).map(renderCall));
+    const calls = el(
+      "ul",
+      { class: "calls", "aria-label": "Tool calls" },
+      ...(message.calls || []).map(renderCall),
+    );
     calls.hidden = !(message.calls || []).length;
     const node = el(
       "li",
@@ -184,7 +195,10 @@
       }
     } catch (error) {
       answer.state = "error";
-      answer.error = error instanceof tw.ApiFailure ? error.message : "The answer could not be read; send the message again.";
+      answer.error =
+        error instanceof tw.ApiFailure
+          ? error.message
+          : "The answer could not be read; send the message again.";
     } finally {
       save();
       const fresh = renderMessage(answer);
