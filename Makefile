@@ -61,7 +61,8 @@ pytest: install chromium ## The test suite only
 
 test: lint typecheck pytest ## Everything: lint, types, the whole suite
 
-bench: install ## The benchmarks; figures go to benchmarks/RESULTS.md
+bench: install ## The benchmarks beside the peers; figures go to benchmarks/RESULTS.md
+	$(PIP) install --quiet -r benchmarks/requirements.txt
 	$(BIN)/python benchmarks/run_all.py
 
 clean: ## Remove the virtual environment

@@ -419,3 +419,15 @@ async def test_bad_chat_answers_end_cleanly_and_never_half_run_a_call() -> None:
     assert isinstance(streamed[-1], RunComplete)
     for result in (streamed[-1].result, whole):
         assert result.answer == "" and result.calls == () and result.rounds == 1
+
+
+@pytest.mark.parametrize("route", ["chat", "responses"])
+async def test_streamed_requests_reuse_one_connection(route: str) -> None:
+    # A stream left unread after [DONE] closes its connection: every request would reconnect.
+    with ScriptedServer([Step.reply("one"), Step.reply("two"), Step.reply("three")]) as server:
+        async with OpenAIModel("m", base_url=server.base_url, route=route) as model:  # type: ignore[arg-type]
+            for _ in range(3):
+                events = [e async for e in model.stream([UserMessage(content="hi")], [], RequestOptions())]
+                assert isinstance(events[-1], TurnComplete)
+        assert len(server.clients) == 3
+        assert len(set(server.clients)) == 1

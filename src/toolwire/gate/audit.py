@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select
 
 from toolwire.context import Context
-from toolwire.gate.ledger import canonical_json
+from toolwire.gate.keys import canonical_json
 from toolwire.messages import ToolCall, ToolResult
 from toolwire.store.db import Database
 from toolwire.store.tables import utc_now

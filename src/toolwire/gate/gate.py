@@ -28,20 +28,13 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_core import to_jsonable_python
 
 from toolwire.context import Context
 from toolwire.exceptions import ConfigError
-from toolwire.gate.audit import AuditLog
-from toolwire.gate.ledger import (
-    IDEMPOTENCY_KEY,
-    Ledger,
-    OutcomeUnknown,
-    canonical_json,
-    idempotency_key,
-)
+from toolwire.gate.keys import IDEMPOTENCY_KEY, OutcomeUnknown, canonical_json, idempotency_key
 from toolwire.gate.policy import Denial, Policy, ScopePolicy
 from toolwire.gate.redact import Redactor
 from toolwire.gate.validate import (
@@ -54,6 +47,12 @@ from toolwire.gate.validate import (
 from toolwire.messages import ToolCall, ToolResult
 from toolwire.tools.base import Tool
 from toolwire.tools.toolbox import Toolbox
+
+if TYPE_CHECKING:
+    # Only for annotations: the ledger and the audit log load SQLAlchemy, which a Gate without a
+    # database (and `import toolwire`) should not pay for.
+    from toolwire.gate.audit import AuditLog
+    from toolwire.gate.ledger import Ledger
 
 __all__ = ["ERROR_CODES", "CheckedCall", "ErrorCode", "Gate", "error_result"]
 

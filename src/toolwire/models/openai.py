@@ -362,16 +362,21 @@ class OpenAIModel:
                 if response.status_code >= 400:
                     await response.aread()
                     raise self._status_error(wire, response.status_code, response.text, "tools" in body)
+                finished = False
                 async for line in response.aiter_lines():
-                    event = decoder.feed(line)
+                    # After [DONE] the body is still read to its end (not `break`): a response
+                    # left unread closes its connection, and every streamed request would pay a
+                    # new TCP handshake.
+                    event = None if finished else decoder.feed(line)
                     if event is None:
                         continue
                     if event.data == "[DONE]":
                         assembler.done()
-                        break
+                        finished = True
+                        continue
                     for delta in assembler.feed(_chunk(url, event)):
                         yield delta
-                else:
+                if not finished:
                     # Ended without [DONE]: a last event may lack its blank line. If it does not
                     # read, the stream was cut and `finish` says so.
                     last = decoder.flush()

@@ -189,6 +189,8 @@ class ScriptedServer:
         """Each stored response's input and output items, by response id, for `previous_response_id`."""
         self.headers: list[dict[str, str]] = []
         """The headers of each request in `requests`, names in lower case."""
+        self.clients: list[tuple[str, int] | None] = []
+        """The client address (host, port) of each request: a new port means a new connection."""
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._port = 0
@@ -295,6 +297,7 @@ class ScriptedServer:
             self.requests.append(body)
             self.routes.append(route)
             self.headers.append(dict(request.headers))
+            self.clients.append((request.client.host, request.client.port) if request.client else None)
         if not (self.serve_responses if route == "responses" else self.serve_chat):
             label = "Responses" if route == "responses" else "Chat Completions"
             status, error = _routes.unserved(self.unserved_status, label)
