@@ -7,13 +7,13 @@ half, the server half and the Chat bridge build every item the same way.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from toolwire.exceptions import WireFormatError
 from toolwire.messages import ToolCall, ToolSpec, Usage
+from toolwire.wire._common import arguments_text
 
 __all__ = [
     "JSON",
@@ -194,11 +194,3 @@ def part_text(part: Any) -> str:
     if part.get("type") == "refusal":
         return str(part.get("refusal") or "")
     return str(part.get("text") or "") if part.get("type") in TEXT_PARTS else ""
-
-
-def arguments_text(raw: Any) -> str:
-    """Call arguments as the JSON string the canonical `ToolCall` keeps."""
-    # Some servers send arguments as an object instead of a JSON string; keep the string contract.
-    if raw is None:
-        return ""
-    return raw if isinstance(raw, str) else json.dumps(raw)

@@ -32,6 +32,7 @@ from toolwire.messages import (
     Usage,
     UserMessage,
 )
+from toolwire.wire._common import arguments_text, usage_from
 
 __all__ = [
     "ChatStreamAssembler",
@@ -114,19 +115,6 @@ def build_request(
     return body
 
 
-def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage(requests=1)
-    try:
-        return Usage(
-            input_tokens=int(raw.get("prompt_tokens") or 0),
-            output_tokens=int(raw.get("completion_tokens") or 0),
-            requests=1,
-        )
-    except (TypeError, ValueError):  # usage is informational: never fail a turn over it
-        return Usage(requests=1)
-
-
 def _text_of(content: Any) -> str | None:
     """Message content as one string: a string, or the text of a list of parts."""
     if content is None or isinstance(content, str):
@@ -136,13 +124,6 @@ def _text_of(content: Any) -> str | None:
             p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") in ("text", None)
         )
     raise TypeError("content")
-
-
-def _arguments(raw: Any) -> str:
-    # Some servers send arguments as an object instead of a JSON string; keep the string contract.
-    if raw is None:
-        return ""
-    return raw if isinstance(raw, str) else json.dumps(raw)
 
 
 def _generated_id(position: int, taken: set[str]) -> str:
@@ -191,7 +172,7 @@ def parse_response(body: dict[str, Any]) -> Turn:
                 ToolCall(
                     id=raw.get("id") or _generated_id(position, taken),
                     name=function.get("name") or "",
-                    arguments=_arguments(function.get("arguments")),
+                    arguments=arguments_text(function.get("arguments")),
                 )
             )
         finish = choice.get("finish_reason")
@@ -202,7 +183,7 @@ def parse_response(body: dict[str, Any]) -> Turn:
         ) from exc
     return Turn(
         message=AssistantMessage(text=text, tool_calls=tuple(calls)),
-        usage=_usage(body.get("usage")),
+        usage=usage_from(body.get("usage"), "prompt_tokens", "completion_tokens"),
         route="chat",
         finish_reason=finish,
     )
@@ -251,7 +232,7 @@ class ChatStreamAssembler:
                 raise _stream_error(chunk["error"])
             usage = chunk.get("usage")
             if usage:
-                self._usage = _usage(usage)
+                self._usage = usage_from(usage, "prompt_tokens", "completion_tokens")
             deltas: list[TextDelta] = []
             for choice in chunk.get("choices") or ():
                 index = choice.get("index") or 0
@@ -294,7 +275,7 @@ class ChatStreamAssembler:
                     buffer.name = name
                 piece = function.get("arguments")
                 if piece:
-                    buffer.arguments.append(_arguments(piece))
+                    buffer.arguments.append(arguments_text(piece))
 
     def finish(self) -> Turn:
         """Return the complete turn once the stream has ended.
@@ -359,7 +340,7 @@ def _parse_messages(messages: Any) -> list[Message]:
                 call = ToolCall(
                     id=str(raw.get("id") or ""),
                     name=function["name"],
-                    arguments=_arguments(function.get("arguments")),
+                    arguments=arguments_text(function.get("arguments")),
                 )
                 names[call.id] = call.name
                 calls.append(call)
@@ -370,7 +351,7 @@ def _parse_messages(messages: Any) -> list[Message]:
                     ToolCall(
                         id=legacy_id,
                         name=str(legacy.get("name") or ""),
-                        arguments=_arguments(legacy.get("arguments")),
+                        arguments=arguments_text(legacy.get("arguments")),
                     )
                 )
                 names[legacy_id] = calls[0].name

@@ -31,8 +31,8 @@ from toolwire.messages import (
     ToolResult,
     ToolSpec,
     Turn,
-    Usage,
 )
+from toolwire.wire._common import usage_from
 from toolwire.wire._responses_server import (
     ResponsesEventWriter,
     parse_request,
@@ -178,19 +178,6 @@ def _failure(error: Any, where: str) -> ModelError:
     return ModelResponseError(text)
 
 
-def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage(requests=1)
-    try:
-        return Usage(
-            input_tokens=int(raw.get("input_tokens") or 0),
-            output_tokens=int(raw.get("output_tokens") or 0),
-            requests=1,
-        )
-    except (TypeError, ValueError):  # usage is informational: never fail a turn over it
-        return Usage(requests=1)
-
-
 def _call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
     if not isinstance(call_id, str) or not call_id:
         raise ModelResponseError(
@@ -249,7 +236,7 @@ def parse_response(body: Mapping[str, Any]) -> Turn:
             calls.append(_call(item.get("call_id"), item.get("name"), item.get("arguments")))
     return Turn(
         message=AssistantMessage(text="".join(texts) or None, tool_calls=tuple(calls)),
-        usage=_usage(body.get("usage")),
+        usage=usage_from(body.get("usage"), "input_tokens", "output_tokens"),
         route="responses",
         finish_reason=_finish_reason(body.get("status"), body.get("incomplete_details"), bool(calls)),
     )
@@ -411,7 +398,7 @@ class ResponsesStreamAssembler:
         final = self._final
         return Turn(
             message=AssistantMessage(text="".join(texts) or None, tool_calls=tuple(calls)),
-            usage=_usage(final.get("usage")),
+            usage=usage_from(final.get("usage"), "input_tokens", "output_tokens"),
             route="responses",
             finish_reason=_finish_reason(final.get("status"), final.get("incomplete_details"), bool(calls)),
         )
