@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -15,9 +14,9 @@ from typing import Any
 import asyncpg
 import httpx2
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
+from toolwire._serving import ThreadedServer
 from toolwire.models.base import Model
 from toolwire.service import create_app
 from toolwire.settings import Settings
@@ -88,37 +87,11 @@ async def serving(
             yield app, client
 
 
-class ServerThread:
+class ServerThread(ThreadedServer):
     """The app served by uvicorn on 127.0.0.1 in a thread of its own (its own event loop)."""
 
     def __init__(self, app: FastAPI, *, graceful: int = 5) -> None:
-        self.app = app
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self._sock = sock
-        self.port: int = sock.getsockname()[1]
-        config = uvicorn.Config(
-            app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=graceful
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.thread.start()
-        while not self.server.started:
-            if not self.thread.is_alive():
-                raise RuntimeError("the service did not start")
-            self.thread.join(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(20)
-        self._sock.close()
+        super().__init__(app, lifespan="on", graceful=graceful, name="service")
 
 
 @contextmanager

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
-import socket
 import sqlite3
 import threading
 import time
@@ -29,13 +28,13 @@ from types import TracebackType
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, unquote
 
-import uvicorn
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
+from toolwire._serving import ThreadedServer
 from toolwire.tools.auth import AuthConfig
 from toolwire.tools.http import Connection, FunctionDefinition
 
@@ -281,38 +280,21 @@ class TicketsServer:
     def __init__(self, db_path: str | Path, **options: Any) -> None:
         self.app = create_tickets_app(db_path, **options)
         self.state: TicketsState = self.app.state.tickets
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._server = uvicorn.Server(
-            uvicorn.Config(self.app, log_level="warning", lifespan="off", ws="none", access_log=False)
-        )
-        self._thread = threading.Thread(target=self._serve, name="tickets-api", daemon=True)
+        self._serving = ThreadedServer(self.app, name="tickets-api", graceful=5)
 
     @property
     def base_url(self) -> str:
         """`http://127.0.0.1:<port>`, without a trailing slash."""
-        host, port = self._socket.getsockname()
-        return f"http://{host}:{port}"
-
-    def _serve(self) -> None:
-        self._server.run(sockets=[self._socket])
+        return self._serving.url
 
     def start(self) -> TicketsServer:
         """Start serving; returns once the server accepts connections."""
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("The tickets API did not start.")
-            time.sleep(0.01)
+        self._serving.start()
         return self
 
     def stop(self) -> None:
         """Stop serving and wait for the thread to end."""
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._socket.close()
+        self._serving.stop(10)
 
     def __enter__(self) -> TicketsServer:
         return self.start()

@@ -21,18 +21,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import socket
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from toolwire._serving import ThreadedServer
 from toolwire.exceptions import WireFormatError
 from toolwire.messages import Message, Usage
 from toolwire.testing import _routes
@@ -191,9 +189,7 @@ class ScriptedServer:
         """The headers of each request in `requests`, names in lower case."""
         self.clients: list[tuple[str, int] | None] = []
         """The client address (host, port) of each request: a new port means a new connection."""
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port = 0
+        self._serving: ThreadedServer | None = None
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat_endpoint, methods=["POST"]),
@@ -210,9 +206,9 @@ class ScriptedServer:
     @property
     def base_url(self) -> str:
         """The API root, ending in `/v1`."""
-        if not self._port:
+        if self._serving is None:
             raise RuntimeError("The scripted server is not running; start it with `with` or `async with`.")
-        return f"http://127.0.0.1:{self._port}/v1"
+        return f"{self._serving.url}/v1"
 
     def enqueue(self, *steps: Step) -> None:
         """Append steps to a list script, for the requests still to come."""
@@ -239,37 +235,15 @@ class ScriptedServer:
 
     def start(self) -> None:
         """Start serving on a free port; returns once the server accepts connections."""
-        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
-        # without it a kept-alive connection stalls 40 ms per response on delayed ACKs.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self._port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app,
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            loop="asyncio",
-            http="h11",
-            ws="none",
-            timeout_graceful_shutdown=2,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("The scripted server failed to start; see the log above.")
-            self._thread.join(0.01)
+        serving = ThreadedServer(self.app, name="scripted-model")
+        serving.start()
+        self._serving = serving
 
     def stop(self) -> None:
         """Stop serving and wait for the thread to end."""
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(10)
-        self._server = self._thread = None
+        if self._serving is not None:
+            self._serving.stop(10)
+        self._serving = None
 
     def __enter__(self) -> ScriptedServer:
         self.start()
