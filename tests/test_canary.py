@@ -61,7 +61,7 @@ def forms(secret: str) -> set[str]:
         for shift in range(3):
             # base64 of any text containing `text`: the middle of it does not depend on the rest.
             for encode in (base64.b64encode, base64.urlsafe_b64encode):
-                encoded = encode((b"x" * shift + text.encode())).decode()
+                encoded = encode(b"x" * shift + text.encode()).decode()
                 found.add(encoded[4 * ((shift + 2) // 3) : -4])
     return found
 
@@ -92,8 +92,16 @@ def apis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Tickets
 
 def connections(apis: dict[str, TicketsServer]) -> list[dict[str, Any]]:
     auth = {
-        "header": {"type": "api_key_header", "header_name": "X-API-Key", "secrets": {"api_key": CANARIES["header"]}},
-        "query": {"type": "api_key_query", "query_name": "api_key", "secrets": {"api_key": CANARIES["query"]}},
+        "header": {
+            "type": "api_key_header",
+            "header_name": "X-API-Key",
+            "secrets": {"api_key": CANARIES["header"]},
+        },
+        "query": {
+            "type": "api_key_query",
+            "query_name": "api_key",
+            "secrets": {"api_key": CANARIES["query"]},
+        },
         "bearer": {"type": "bearer", "secrets": {"token": CANARIES["bearer"]}},
         "basic": {"type": "basic", "username": BASIC_USER, "secrets": {"password": CANARIES["basic"]}},
         "oauth": {
@@ -109,12 +117,19 @@ def connections(apis: dict[str, TicketsServer]) -> list[dict[str, Any]]:
 def functions() -> list[dict[str, Any]]:
     schema = {"type": "object", "properties": {"note": {"type": "string"}}, "additionalProperties": False}
     listed = [
-        {"name": f"echo_{kind}", "description": f"Echo through {kind}.", "connection": kind, "definition": {
-            "parameters": schema, "path": "/read"}}
+        {
+            "name": f"echo_{kind}",
+            "description": f"Echo through {kind}.",
+            "connection": kind,
+            "definition": {"parameters": schema, "path": "/read"},
+        }
         for kind in ("header", "query", "bearer", "basic", "oauth")
     ]
     write = {"parameters": schema, "method": "POST", "path": "/write", "http_request_body": {"note": "$note"}}
-    return [*listed, {"name": "echo_write", "description": "Write.", "connection": "bearer", "definition": write}]
+    return [
+        *listed,
+        {"name": "echo_write", "description": "Write.", "connection": "bearer", "definition": write},
+    ]
 
 
 def parrot(body: dict[str, Any], route: str) -> Step:
@@ -141,7 +156,12 @@ async def serve(tmp_path: Path, model_url: str) -> AsyncIterator[tuple[str, asyn
         "TOOLWIRE_LOG_LEVEL": "debug",
     }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "toolwire", "serve", env=env, stdout=asyncio.subprocess.DEVNULL,
+        sys.executable,
+        "-m",
+        "toolwire",
+        "serve",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
     assert process.stderr is not None
@@ -189,37 +209,41 @@ async def test_no_canary_reaches_the_model_the_logs_the_database_or_any_response
     responses: list[str] = []
     written: list[str] = []
 
-    async with ScriptedServer(parrot) as model, serve(tmp_path, model.base_url) as (url, log):
-        async with httpx2.AsyncClient(base_url=url, timeout=30) as client, asyncio.timeout(60):
+    async with (
+        ScriptedServer(parrot) as model,
+        serve(tmp_path, model.base_url) as (url, log),
+        httpx2.AsyncClient(base_url=url, timeout=30) as client,
+        asyncio.timeout(60),
+    ):
 
-            async def keep(response: httpx2.Response, status: int = 200) -> dict[str, Any]:
-                assert response.status_code == status, response.text
-                responses.append(response.text)
-                return response.json() if response.content else {}
+        async def keep(response: httpx2.Response, status: int = 200) -> dict[str, Any]:
+            assert response.status_code == status, response.text
+            responses.append(response.text)
+            return response.json() if response.content else {}
 
-            for body in connections(apis):
-                await keep(await client.post("/admin/api/connections", json=body, headers=admin), 201)
-            for body in functions():
-                await keep(await client.post("/admin/api/functions", json=body, headers=admin), 201)
-            answer = await keep(await client.post("/v1/chat", json=chat_body("echo all"), headers=user))
-            async with client.stream(
-                "POST", "/v1/chat", json=chat_body("echo all", stream=True), headers=user
-            ) as streamed:
-                events = [event async for event in read_events(streamed)]
-            responses.append(json.dumps(events))
-            gateway = {"model": "toolwire", "messages": [{"role": "user", "content": "echo all"}]}
-            await keep(await client.post("/v1/chat/completions", json=gateway, headers=user))
-            for name in [f["name"] for f in functions()]:
-                tested = await keep(
-                    await client.post(f"/admin/api/functions/{name}/test", json={"arguments": {}}, headers=admin)
-                )
-                assert tested["ok"] is True, tested
-            for path in ("connections", "functions", "users", "audit?limit=1000"):
-                await keep(await client.get(f"/admin/api/{path}", headers=admin))
-            for kind in ("header", "query", "bearer", "basic", "oauth"):
-                await keep(await client.get(f"/admin/api/connections/{kind}", headers=admin))
-                await keep(await client.get(f"/admin/api/functions/echo_{kind}", headers=admin))
-            written.append(file_bytes(tmp_path / "service.db"))  # the WAL, before a stop checkpoints it
+        for body in connections(apis):
+            await keep(await client.post("/admin/api/connections", json=body, headers=admin), 201)
+        for body in functions():
+            await keep(await client.post("/admin/api/functions", json=body, headers=admin), 201)
+        answer = await keep(await client.post("/v1/chat", json=chat_body("echo all"), headers=user))
+        async with client.stream(
+            "POST", "/v1/chat", json=chat_body("echo all", stream=True), headers=user
+        ) as streamed:
+            events = [event async for event in read_events(streamed)]
+        responses.append(json.dumps(events))
+        gateway = {"model": "toolwire", "messages": [{"role": "user", "content": "echo all"}]}
+        await keep(await client.post("/v1/chat/completions", json=gateway, headers=user))
+        for name in [f["name"] for f in functions()]:
+            tested = await keep(
+                await client.post(f"/admin/api/functions/{name}/test", json={"arguments": {}}, headers=admin)
+            )
+            assert tested["ok"] is True, tested
+        for path in ("connections", "functions", "users", "audit?limit=1000"):
+            await keep(await client.get(f"/admin/api/{path}", headers=admin))
+        for kind in ("header", "query", "bearer", "basic", "oauth"):
+            await keep(await client.get(f"/admin/api/connections/{kind}", headers=admin))
+            await keep(await client.get(f"/admin/api/functions/echo_{kind}", headers=admin))
+        written.append(file_bytes(tmp_path / "service.db"))  # the WAL, before a stop checkpoints it
     logged = (await log).decode()
     written.append(file_bytes(tmp_path / "service.db"))
 

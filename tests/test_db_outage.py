@@ -4,6 +4,7 @@ The machine's shared server is never touched: each test starts a private Postgre
 pg_ctl, as the `postgres` user when the tests run as root) on a free port of 127.0.0.1, with its data
 under a temporary folder, and removes it afterwards. The service runs in this event loop with an
 in-process model that takes a moment per turn, so runs are under way when the server goes down.
+A last test breaks a SQLite database under a running service: the same 503, the cause in the log.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import glob
 import json
+import logging
 import os
 import pwd
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 import time
@@ -26,12 +29,10 @@ import asyncpg
 import httpx2
 import pytest
 
-from service_support import add_user, bearer, chat_body, free_port, serving
+from service_support import add_user, bearer, chat_body, free_port, serving, sqlite_url
 from toolwire.messages import ToolResult, UserMessage
 from toolwire.settings import Settings
 from toolwire.testing import FunctionModel, ModelRequest, call, reply
-
-pytestmark = pytest.mark.postgres
 
 _TURN_SECONDS = 0.15
 """How long the model takes per turn: long enough that a stop catches runs in the middle."""
@@ -229,6 +230,7 @@ async def service(private_postgres: PrivatePostgres) -> AsyncIterator[tuple[http
         yield client, key
 
 
+@pytest.mark.postgres
 async def test_a_restart_under_load_answers_503_then_recovers_with_nothing_half_written(
     private_postgres: PrivatePostgres, service: tuple[httpx2.AsyncClient, str]
 ) -> None:
@@ -322,3 +324,28 @@ async def check_nothing_half_written(url: str, load: Load) -> None:
         outcome = json.loads(row["outcome"]) if isinstance(row["outcome"], str) else row["outcome"]
         [booking_call] = outcome["calls"]
         assert booking_call["outcome"] == "ok"
+
+
+async def test_a_failing_database_is_503_with_the_cause_in_the_log_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = sqlite_url(tmp_path)
+    _, key = await add_user(url, "alice")
+    async with serving(Settings(database_url=url), FunctionModel(booking)) as (_, client):
+        with sqlite3.connect(tmp_path / "service.db") as db:
+            db.execute("DROP TABLE runs")  # every claim now fails inside the database
+        with caplog.at_level(logging.WARNING, logger="toolwire.service"):
+            response = await client.post("/v1/chat", json=chat_body("book it"), headers=bearer(key))
+
+    assert response.status_code == 503 and response.headers["retry-after"] == "5"
+    assert response.json() == {
+        "error": {
+            "message": "The service cannot reach its database right now; retry in a few seconds.",
+            "type": "server_error",
+            "param": None,
+            "code": "service_unavailable",
+        }
+    }
+    # Where the database is and what it said is for the operator, not for the API's callers.
+    [logged] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Answered 503")]
+    assert "no such table: runs" in logged and str(tmp_path) in logged

@@ -112,8 +112,9 @@ class HalfwayServer:
                 payload = "".join(encode_event(json.dumps(c)) for c in chunks) + encode_event("[DONE]")
                 kind = "text/event-stream"
             else:
-                payload, kind = json.dumps(chat.render_response(turn, "halfway", "chatcmpl-halfway")), (
-                    "application/json"
+                payload, kind = (
+                    json.dumps(chat.render_response(turn, "halfway", "chatcmpl-halfway")),
+                    ("application/json"),
                 )
             data = payload.encode()
             headers = (
@@ -149,7 +150,9 @@ class Service:
             if not stream:
                 response = await self.client.post("/v1/chat", json=body, headers=bearer(self.key))
                 return response.status_code, response.json()
-            async with self.client.stream("POST", "/v1/chat", json=body, headers=bearer(self.key)) as response:
+            async with self.client.stream(
+                "POST", "/v1/chat", json=body, headers=bearer(self.key)
+            ) as response:
                 events = [event async for event in read_events(response)]
         name, data = events[-1]
         if name == "done":
@@ -188,7 +191,9 @@ def assert_failed_and_consistent(service: Service, *, booked: int) -> None:
     assert state == "failed" and "error" in json.loads(outcome)
     assert service.rows("SELECT count(*) FROM conversations") == [(0,)]
     assert service.rows("SELECT count(*) FROM items") == [(booked,)]
-    assert service.rows("SELECT state, count(*) FROM ledger GROUP BY state") == ([("done", 1)] if booked else [])
+    assert service.rows("SELECT state, count(*) FROM ledger GROUP BY state") == (
+        [("done", 1)] if booked else []
+    )
 
 
 async def assert_retry_books_once(service: Service, request_id: str, *, stream: bool, replayed: bool) -> None:
@@ -213,7 +218,10 @@ async def assert_retry_books_once(service: Service, request_id: str, *, stream: 
 # --- HTTP-level faults from the scripted server ---------------------------------------------------
 
 FAULTS: dict[str, tuple[Callable[[Step], Step], str]] = {
-    "http 500": (lambda step: Step.error(500, "The server had an error while processing your request."), "500"),
+    "http 500": (
+        lambda step: Step.error(500, "The server had an error while processing your request."),
+        "500",
+    ),
     "http 503": (lambda step: Step.error(503, "The engine is currently overloaded."), "503"),
     "invalid json": (lambda step: Step(text="x", malformed=True), "JSON object"),
     "cut stream": (lambda step: Step(text=step.text, tool_calls=step.tool_calls, cut_stream=True), ""),
@@ -241,24 +249,26 @@ async def test_an_upstream_fault_fails_the_run_cleanly_and_a_retry_books_once(
 
 
 async def test_an_upstream_that_never_answers_times_out_with_502(tmp_path: Path) -> None:
-    script = ScriptedFault(lambda step: Step(text=step.text, tool_calls=step.tool_calls, latency=2.0), 2)
-    async with ScriptedServer(script) as upstream, service_on(
-        tmp_path, upstream.base_url, model_timeout=0.5
-    ) as service:
+    script = ScriptedFault(lambda step: Step(text=step.text, tool_calls=step.tool_calls, latency=3.0), 2)
+    async with (
+        ScriptedServer(script) as upstream,
+        service_on(tmp_path, upstream.base_url, model_timeout=1.0) as service,
+    ):
         status, body = await service.chat("req-slow")
 
         assert status == 502
         message = assert_one_sentence_error(body, "model_error")
-        assert "did not answer within 0.5 s" in message
+        assert "did not answer within 1 s" in message
         assert_failed_and_consistent(service, booked=1)
         await assert_retry_books_once(service, "req-slow", stream=False, replayed=True)
 
 
 async def test_a_run_longer_than_the_run_timeout_is_504(tmp_path: Path) -> None:
-    script = ScriptedFault(lambda step: Step(text=step.text, tool_calls=step.tool_calls, latency=1.5), 2)
-    async with ScriptedServer(script) as upstream, service_on(
-        tmp_path, upstream.base_url, run_timeout=1.0
-    ) as service:
+    script = ScriptedFault(lambda step: Step(text=step.text, tool_calls=step.tool_calls, latency=3.0), 2)
+    async with (
+        ScriptedServer(script) as upstream,
+        service_on(tmp_path, upstream.base_url, run_timeout=2.0) as service,
+    ):
         status, body = await service.chat("req-long")
 
         assert status == 504

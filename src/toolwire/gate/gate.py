@@ -87,8 +87,9 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
 """Every code a ToolResult can carry. Only `timeout`, `upstream_error` and `tool_error` mean a tool ran."""
 
 _MAX_ERROR_MESSAGE = 2000
-# Codes a tool's exception may carry in its `code` attribute (with `details`), instead of tool_error.
-_RAISED_CODES: frozenset[str] = frozenset({"upstream_error", "timeout"})
+# Codes a tool's exception may carry in its `code` attribute (with `details`), instead of tool_error:
+# an HTTP function's upstream failure or timeout, or an argument it could not place (nothing sent).
+_RAISED_CODES: frozenset[str] = frozenset({"upstream_error", "timeout", "invalid_arguments"})
 _MAX_LISTED_NAMES = 50
 
 

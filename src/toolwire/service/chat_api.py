@@ -54,6 +54,19 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     }.items()
 }
 
+# In OpenAPI 3.1 the schema of an event stream describes each event, not the stream as a string.
+_SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {
+            "type": "string",
+            "enum": ["text.delta", "call.proposed", "call.finished", "done", "error"],
+        },
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+}
+
 router = APIRouter(prefix="/v1", tags=["chat"])
 
 
@@ -64,7 +77,7 @@ router = APIRouter(prefix="/v1", tags=["chat"])
     responses={
         200: {
             "description": "The run's outcome, or with `stream: true` a Server-Sent Events stream.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": _SSE_EVENT}},
         },
         **_ERRORS,
     },

@@ -232,11 +232,20 @@ def _post_doc(wire: WireName) -> dict[str, Any]:
         "responses": {
             200: {
                 "description": "The answer, or with `stream: true` a Server-Sent Events stream.",
-                "content": {"application/json": {}, "text/event-stream": {"schema": {"type": "string"}}},
+                "content": {"application/json": {}, "text/event-stream": {"schema": _SSE_EVENT}},
             },
             **_ERRORS,
         },
     }
+
+
+# One Server-Sent Event as OpenAPI 3.1 describes a stream item: Chat streams carry only `data`
+# (ending with `[DONE]`), Responses streams name each event too.
+_SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+}
 
 
 @router.post("/chat/completions", summary="OpenAI Chat Completions", **_post_doc("chat"))

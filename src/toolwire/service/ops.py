@@ -250,6 +250,9 @@ def configure_logging(level: str = "info", *, secrets: Iterable[str] = ()) -> No
     logging.getLogger("uvicorn.access").disabled = True
     # Alembic announces its dialect on every start; only its warnings matter in a service log.
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # httpx2 logs the full URL of every outgoing request, and a connection may carry its API key in
+    # the query string: such a line would put the credential in the log.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
 
 
 # --- the request middleware ---------------------------------------------------------------------

@@ -263,34 +263,32 @@ async def _complete(db: Database, claim: Claim, result: RunResult, outcome: dict
             )
 
 
-async def _fail(db: Database, claim: Claim, error: dict[str, Any]) -> None:
-    async with db.transaction(write=True) as session:
-        await session.execute(
-            update(ChatRun)
-            .where(
-                ChatRun.tenant_id == claim.tenant_id,
-                ChatRun.request_id == claim.request_id,
-                ChatRun.attempt == claim.attempt,
-                ChatRun.state == "running",
-            )
-            .values(state="failed", outcome=error, updated_at=utc_now())
-        )
-
-
-async def _fail_when_back(db: Database, claim: Claim, error: dict[str, Any], patience: float) -> None:
-    # A row left `running` would answer every repeat of the request with 409 until the run timeout
-    # passes, so keep trying (with backoff) while the database is away.
-    deadline, delay = time.monotonic() + patience, 0.25
+async def _fail(db: Database, claim: Claim, error: dict[str, Any], *, patience: float | None = None) -> None:
+    # With `patience`, keep trying (with backoff) while the database is away instead of raising: a
+    # row left `running` would answer every repeat of the request with 409 until the run timeout.
+    deadline, delay = time.monotonic() + (patience or 0.0), 0.25
     while True:
-        await asyncio.sleep(delay)
         try:
-            await _fail(db, claim, error)
+            async with db.transaction(write=True) as session:
+                await session.execute(
+                    update(ChatRun)
+                    .where(
+                        ChatRun.tenant_id == claim.tenant_id,
+                        ChatRun.request_id == claim.request_id,
+                        ChatRun.attempt == claim.attempt,
+                        ChatRun.state == "running",
+                    )
+                    .values(state="failed", outcome=error, updated_at=utc_now())
+                )
             return
         except StorageError:
+            if patience is None:
+                raise
             if time.monotonic() + delay > deadline:
                 # The row stays `running` and becomes claimable after the run timeout.
                 logger.exception("Could not mark run %s as failed", claim.request_id)
                 return
+        await asyncio.sleep(delay)
         delay = min(delay * 2, 2.0)
 
 
@@ -383,8 +381,10 @@ class RunManager:
             except StorageError:
                 # The database is away: the caller gets its answer now, the row is marked once it is back.
                 logger.warning("Run %s will be marked failed once the database answers", claim.request_id)
-                db, patience = self.assistant.db, self.settings.run_timeout
-                cleanup = asyncio.create_task(_fail_when_back(db, claim, error.body(), patience))
+                patience = self.settings.run_timeout
+                cleanup = asyncio.create_task(
+                    _fail(self.assistant.db, claim, error.body(), patience=patience)
+                )
                 self._cleanups.add(cleanup)
                 cleanup.add_done_callback(self._cleanups.discard)
             raise

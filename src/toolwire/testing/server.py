@@ -242,8 +242,8 @@ class ScriptedServer:
     def stop(self) -> None:
         """Stop serving and wait for the thread to end."""
         if self._serving is not None:
+            # Kept, so `base_url` still names the address a finished test talked to.
             self._serving.stop(10)
-        self._serving = None
 
     def __enter__(self) -> ScriptedServer:
         self.start()
