@@ -22,61 +22,24 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from sqlalchemy import event
 
+from pg import database
 from toolwire.context import Context
 from toolwire.demo.bookkeeping import bookkeeping_toolbox
 from toolwire.gate import AuditLog, CheckedCall, Gate, Ledger
 from toolwire.messages import ToolCall, ToolResult
 from toolwire.runner import Runner, RunResult
-from toolwire.store import Database, normalize_url
+from toolwire.store import Database
 from toolwire.testing import FunctionModel, ModelRequest, reply
 from toolwire.tools import Toolbox, tool
 
-POSTGRES_URL = os.environ.get("TOOLWIRE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BOOKING = {"category": "food", "amount": 12.5, "title": "Lunch", "date": "2024-05-15"}
 """What the scripted user asks to book, every time."""
 ROOT = Path(__file__).resolve().parent
-
-
-class PostgresUnavailable(Exception):
-    """The test server cannot be reached."""
-
-
-@asynccontextmanager
-async def postgres_schema() -> AsyncIterator[str]:
-    """A fresh schema on the test server, dropped afterwards.
-
-    Raises:
-        PostgresUnavailable: the server cannot be reached (the caller skips, saying why).
-    """
-    url = normalize_url(POSTGRES_URL)
-    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    try:
-        admin = await asyncpg.connect(dsn, timeout=3)
-    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-        raise PostgresUnavailable(
-            f"PostgreSQL at {url.host}:{url.port or 5432} is not reachable ({exc})"
-        ) from exc
-    schema = f"tw_{uuid.uuid4().hex[:12]}"
-    await admin.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield schema
-    finally:
-        await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        await admin.close()
-
-
-def database(url: str, schema: str | None = None) -> Database:
-    """A `Database` on `url`; on PostgreSQL inside `schema`."""
-    connect_args = {"server_settings": {"search_path": schema}} if schema else {}
-    return Database(url, connect_args=connect_args)
 
 
 def booking_model(arguments: dict[str, Any] | None = None) -> FunctionModel:

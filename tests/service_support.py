@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -11,43 +10,21 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx2
-import pytest
 from fastapi import FastAPI
 
 from toolwire._serving import ThreadedServer
 from toolwire.models.base import Model
 from toolwire.service import create_app
 from toolwire.settings import Settings
-from toolwire.store import Database, normalize_url
+from toolwire.store import Database
 from toolwire.store.principals import create_user
-
-POSTGRES_URL = os.environ.get("TOOLWIRE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 BOOK = {"category": "food", "amount": 12.5, "title": "lunch"}
 
 
 def sqlite_url(tmp_path: Path, name: str = "service.db") -> str:
     return f"sqlite:///{tmp_path / name}"
-
-
-@asynccontextmanager
-async def postgres_database() -> AsyncIterator[str]:
-    """A new, empty database on the test server, dropped afterwards; skips when the server is away."""
-    url = normalize_url(POSTGRES_URL)
-    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    try:
-        admin = await asyncpg.connect(dsn, timeout=3)
-    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-        pytest.skip(f"PostgreSQL at {url.host}:{url.port or 5432} is not reachable ({exc})")
-    name = f"tw_service_{uuid.uuid4().hex[:12]}"
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 async def add_user(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ledger_worker import POSTGRES_URL, PostgresUnavailable, database, postgres_schema
+from pg import POSTGRES_URL, PostgresUnavailable, database, postgres_schema
 from toolwire.cli import app
 from toolwire.cli.audit import parse_since
 from toolwire.context import Context

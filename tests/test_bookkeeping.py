@@ -2,19 +2,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import sqlite3
-import uuid
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import asyncpg
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 
+from pg import POSTGRES_URL, postgres_schema, schema_args
 from toolwire.context import Context
 from toolwire.demo.bookkeeping import (
     bookkeeping_toolbox,
@@ -29,10 +27,9 @@ from toolwire.demo.dates import resolve_date, resolve_range
 from toolwire.exceptions import ConfigError, StorageError
 from toolwire.gate.gate import Gate
 from toolwire.messages import ToolCall
-from toolwire.store import Database, normalize_url
+from toolwire.store import Database
 from toolwire.tools import Tool
 
-POSTGRES_URL = os.environ.get("TOOLWIRE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BERLIN = ZoneInfo("Europe/Berlin")
 # 00:30 in Berlin on 15 May is still 14 May in UTC: relative dates must follow the user's zone.
 NOW = dt.datetime(2024, 5, 14, 22, 30, tzinfo=dt.UTC)
@@ -45,21 +42,11 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Da
         async with await Database.open(f"sqlite:///{tmp_path / 'books.db'}") as database:
             yield database
         return
-    url = normalize_url(POSTGRES_URL)
-    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    try:
-        admin = await asyncpg.connect(dsn, timeout=3)
-    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-        pytest.skip(f"PostgreSQL at {url.host}:{url.port or 5432} is not reachable ({exc})")
-    schema = f"tw_{uuid.uuid4().hex[:12]}"
-    await admin.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        settings = {"server_settings": {"search_path": schema}}
-        async with await Database.open(POSTGRES_URL, connect_args=settings) as database:
-            yield database
-    finally:
-        await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        await admin.close()
+    async with (
+        postgres_schema() as schema,
+        await Database.open(POSTGRES_URL, connect_args=schema_args(schema)) as database,
+    ):
+        yield database
 
 
 def context(db: Database, user: str = "alice", tenant: str = "acme", now: dt.datetime = NOW) -> Context:

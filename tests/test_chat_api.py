@@ -13,12 +13,12 @@ from typing import Any
 import httpx2
 import pytest
 
+from pg import postgres_database
 from service_support import (
     BOOK,
     add_user,
     bearer,
     chat_body,
-    postgres_database,
     read_events,
     server_thread,
     serving,

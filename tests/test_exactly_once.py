@@ -24,14 +24,11 @@ import pytest
 from sqlalchemy import func, select
 
 from ledger_worker import (
-    POSTGRES_URL,
-    PostgresUnavailable,
     book,
-    database,
     outcome,
-    postgres_schema,
     send_note,
 )
+from pg import POSTGRES_URL, PostgresUnavailable, database, postgres_schema
 from toolwire.context import Context
 from toolwire.gate import Gate, Ledger
 from toolwire.messages import ToolCall

@@ -15,7 +15,7 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import text
 
-from service_support import postgres_database
+from pg import postgres_database
 from toolwire.context import Context
 from toolwire.demo.tickets import TicketsServer, tickets_functions
 from toolwire.store import Database

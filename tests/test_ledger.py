@@ -16,7 +16,7 @@ import pytest
 from alembic import command
 from sqlalchemy import select
 
-from ledger_worker import POSTGRES_URL, PostgresUnavailable, database, postgres_schema
+from pg import POSTGRES_URL, PostgresUnavailable, database, postgres_schema
 from toolwire.context import Context
 from toolwire.demo.bookkeeping import insert_item
 from toolwire.exceptions import ConfigError, ToolDefinitionError

@@ -26,7 +26,8 @@ import httpx2
 import pytest
 from cryptography.fernet import Fernet
 
-from service_support import add_user, bearer, chat_body, free_port, postgres_database
+from pg import postgres_database
+from service_support import add_user, bearer, chat_body, free_port
 
 pytestmark = pytest.mark.postgres
 

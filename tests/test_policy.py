@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from ledger_worker import database
+from pg import database
 from toolwire.context import Context
 from toolwire.gate import AuditLog, Denial, Gate, Ledger, Policy, ScopePolicy
 from toolwire.gate.policy import missing_scopes

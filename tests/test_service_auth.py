@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service_support import add_user, bearer, chat_body, postgres_database, serving, sqlite_url
+from pg import postgres_database
+from service_support import add_user, bearer, chat_body, serving, sqlite_url
 from toolwire.context import Context
 from toolwire.gate.audit import AuditLog
 from toolwire.messages import ToolCall, ToolResult

@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import io
-import os
 import socket
 import sqlite3
 import uuid
@@ -13,7 +12,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -21,34 +19,17 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, func, inspect, select, text
 from sqlalchemy.engine import Connection
 
+from pg import POSTGRES_URL, admin_connection, postgres_schema, schema_args
 from toolwire.exceptions import ConfigError, StorageError
 from toolwire.store import Database, Item, current_revisions, default_database_url, migrate, normalize_url
 from toolwire.store.migrate import VERSION_TABLE, alembic_config, head_revisions
 from toolwire.store.tables import Base
 
-POSTGRES_URL = os.environ.get("TOOLWIRE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-async def _require_postgres() -> asyncpg.Connection:
-    """A plain connection to the test server; skips the test, saying why, when it is away."""
-    url = normalize_url(POSTGRES_URL)
-    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    try:
-        return await asyncpg.connect(dsn, timeout=3)
-    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-        pytest.skip(f"PostgreSQL at {url.host}:{url.port or 5432} is not reachable ({exc})")
-
 
 async def _postgres_schema() -> AsyncGenerator[tuple[str, dict[str, Any]]]:
     """A fresh schema on the test server, dropped afterwards; skips when the server is away."""
-    admin = await _require_postgres()
-    schema = f"tw_{uuid.uuid4().hex[:12]}"
-    await admin.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield POSTGRES_URL, {"server_settings": {"search_path": schema}}
-    finally:
-        await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        await admin.close()
+    async with postgres_schema() as schema:
+        yield POSTGRES_URL, schema_args(schema)
 
 
 @dataclass(kw_only=True)
@@ -313,7 +294,7 @@ async def test_an_unreachable_postgres_names_the_host_and_the_setting() -> None:
 
 @pytest.mark.postgres
 async def test_a_missing_postgres_database_says_so() -> None:
-    await _require_postgres()
+    await (await admin_connection()).close()
     url = normalize_url(POSTGRES_URL).set(database=f"tw_missing_{uuid.uuid4().hex[:8]}")
     async with Database(url.render_as_string(hide_password=False)) as db:
         with pytest.raises(StorageError) as caught:
