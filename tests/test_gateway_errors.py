@@ -13,7 +13,7 @@ import httpx2
 import pytest
 
 from service_support import add_user, bearer, server_thread, serving, sqlite_url, wait_for
-from toolwire.messages import AssistantMessage, Message, RequestOptions, ToolSpec, Turn
+from toolwire.messages import AssistantMessage, Message, RequestOptions, ToolCall, ToolSpec, Turn
 from toolwire.models.base import StreamEvent, TextDelta, TurnComplete
 from toolwire.service import create_app
 from toolwire.settings import Settings
@@ -209,19 +209,32 @@ async def test_an_unknown_model_is_404_naming_the_models_there_are(
     assert "toolwire" in error["message"] and UPSTREAM in error["message"]
 
 
-async def test_without_an_upstream_only_the_toolwire_model_exists(tmp_path: Path) -> None:
+async def test_without_an_upstream_the_servers_own_model_answers_as_local(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path)
     _, key = await add_user(url, "alice")
-    async with serving(Settings(database_url=url, model=UPSTREAM), FunctionModel(echo)) as (_, http):
+
+    def own_model(request: ModelRequest) -> AssistantMessage | str:
+        # The client's own tool reaches the server's model, and the call goes back to the client.
+        if request.tools and request.tools[0].name == "get_weather":
+            return AssistantMessage(tool_calls=(ToolCall(id="call_w", name="get_weather", arguments="{}"),))
+        return "hello"
+
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    async with serving(Settings(database_url=url, model=UPSTREAM), FunctionModel(own_model)) as (_, http):
         error = error_of(
             await http.post(CHAT, json={"model": UPSTREAM, "messages": HELLO}, headers=bearer(key)), 404
         )
         listed = (await http.get("/v1/models", headers=bearer(key))).json()
         answered = await http.post(CHAT, json={"model": "toolwire", "messages": HELLO}, headers=bearer(key))
+        local = await http.post(
+            CHAT, json={"model": "local", "messages": HELLO, "tools": [weather]}, headers=bearer(key)
+        )
     assert error["code"] == "model_not_found"
-    assert "use one of toolwire, toolwire/assistant (GET" in error["message"]
-    assert [m["id"] for m in listed["data"]] == ["toolwire", "toolwire/assistant"]
+    assert "use one of toolwire, toolwire/assistant, local (GET" in error["message"]
+    assert [m["id"] for m in listed["data"]] == ["toolwire", "toolwire/assistant", "local"]
     assert answered.json()["choices"][0]["message"]["content"] == "hello"
+    [call] = local.json()["choices"][0]["message"]["tool_calls"]
+    assert (call["id"], call["function"]["name"]) == ("call_w", "get_weather")
 
 
 async def test_client_tools_for_the_toolwire_model_are_refused(

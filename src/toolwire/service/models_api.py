@@ -32,12 +32,14 @@ from toolwire.service.schemas import ErrorResponse
 from toolwire.service.state import ServiceState, get_state
 from toolwire.settings import Settings
 
-__all__ = ["AGENT_MODELS", "Gateway", "get_gateway", "router"]
+__all__ = ["AGENT_MODELS", "LOCAL_MODEL", "Gateway", "get_gateway", "router"]
 
 logger = logging.getLogger("toolwire.service.gateway")
 
 AGENT_MODELS = ("toolwire", "toolwire/assistant")
 """The model names that run the server's own tool loop."""
+LOCAL_MODEL = "local"
+"""With no upstream configured: the server's own model (the embedded one) for clients' own tools."""
 
 _STATE_KEY = "gateway"
 _ROUND_BREAK = "\n\n"
@@ -54,14 +56,16 @@ class Gateway:
 
     settings: Settings
     metrics: Metrics
+    local: Model | None = None
+    """The server's own model, offered as `local` when no upstream is configured."""
     _models: dict[str, Model] = field(default_factory=dict)
     _runs: set[asyncio.Task[Turn]] = field(default_factory=set)
 
     @property
     def upstream_names(self) -> tuple[str, ...]:
-        """The upstream model names clients may ask for; none without a `base_url`."""
+        """The upstream model names clients may ask for; `local` alone without a `base_url`."""
         if not self.settings.base_url:
-            return ()
+            return (LOCAL_MODEL,) if self.local is not None else ()
         names = [self.settings.model, *self.settings.upstream_models.split(",")]
         return tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
 
@@ -79,6 +83,9 @@ class Gateway:
         model = self._models.get(name)
         if model is not None:
             return model
+        if name == LOCAL_MODEL and self.local is not None and not self.settings.base_url:
+            # Shared with the assistant, already metered: the embedded model is loaded once.
+            return self.local
         if name not in self.upstream_names or self.settings.base_url is None:
             raise self.not_found(name)
         upstream = OpenAIModel(
@@ -169,7 +176,8 @@ class Gateway:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Runs inside the app's own lifespan: the assistant is open before and closed after it.
     state: ServiceState = app.state.toolwire
-    gateway = state.extra[_STATE_KEY] = Gateway(settings=state.settings, metrics=state.metrics)
+    local = state.assistant.runner.model if state.assistant is not None else None
+    gateway = state.extra[_STATE_KEY] = Gateway(settings=state.settings, metrics=state.metrics, local=local)
     try:
         yield
     finally:
