@@ -232,15 +232,18 @@ def _serve_env(tmp_path: Path, **values: str) -> dict[str, str]:
 
 
 def test_serve_without_a_model_fails_with_one_sentence(tmp_path: Path) -> None:
+    # No endpoint, and the embedded model pointed at a file that is not there.
+    missing = str(tmp_path / "missing.gguf")
     done = subprocess.run(
         [sys.executable, "-m", "toolwire", "serve"],
-        env=_serve_env(tmp_path),
+        env=_serve_env(tmp_path, TOOLWIRE_LOCAL_MODEL=missing),
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 1
-    assert "Error: No model is configured" in done.stderr
+    assert "Error: No model is configured" in done.stderr and "TOOLWIRE_BASE_URL" in done.stderr
+    assert missing in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
 
 

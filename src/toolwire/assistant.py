@@ -8,6 +8,7 @@ closed when the assistant is.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any
 import httpx2
 
 from toolwire.context import Context
-from toolwire.exceptions import ConfigError
+from toolwire.exceptions import ConfigError, ModelError
 from toolwire.gate import AuditLog, Gate, Ledger
 from toolwire.models.base import Model
 from toolwire.runner import Runner
@@ -48,17 +49,28 @@ def build_model(settings: Settings) -> Model:
             api_key=settings.api_key,
             route=settings.route,  # type: ignore[arg-type]
         )
+    import importlib.util
+
+    unset = (
+        "No model is configured: set TOOLWIRE_BASE_URL to an OpenAI-compatible endpoint "
+        "(with TOOLWIRE_MODEL and TOOLWIRE_API_KEY), or "
+    )
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError(unset + "run `make demo` once to install the embedded model.")
+    from toolwire.models.local import LocalModel
+    from toolwire.models.local_model_files import resolve_model_path
+
     try:
-        from toolwire.models.local import LocalModel
-    except ImportError:
-        LocalModel = None
-    if LocalModel is None or not LocalModel.available():
-        raise ConfigError(
-            "No model is configured: set TOOLWIRE_BASE_URL to an OpenAI-compatible endpoint "
-            "(with TOOLWIRE_MODEL and TOOLWIRE_API_KEY), "
-            "or run `make demo` once to install the embedded model."
-        )
-    return LocalModel(path=settings.local_model)
+        # Found (and on first use assembled and verified) now, so a missing or damaged model file
+        # is one sentence at start-up rather than an error at the first question.
+        path = resolve_model_path(settings.local_model, progress=_progress)
+    except ModelError as exc:
+        raise ConfigError(unset + f"make the embedded model available: {exc}") from None
+    return LocalModel(path)
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def function_registry(db: Database, secrets: SecretBox | None = None) -> FunctionRegistry:
