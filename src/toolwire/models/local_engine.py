@@ -1,0 +1,267 @@
+"""The loaded llama.cpp model, shared per process: template, token-level generation, grammar.
+
+`load_engine` loads a GGUF file once per process (per path and settings) and hands every caller
+the same `Engine`; its `lock` serialises inference, because one llama.cpp context holds one
+sequence. The KV cache keeps the longest common prefix between requests, so the system prompt and
+the tools section are evaluated once, not per request.
+
+llama_cpp is imported here only, and lazily: toolwire imports without the `local` extra.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import numpy as np
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from toolwire.messages import ToolSpec
+from toolwire.models.local_model_files import LocalModelError, ModelFileError, check_gguf, check_memory
+
+__all__ = ["Engine", "load_engine"]
+
+_CALL_OPEN = "<tool_call>"
+_CALL_CLOSE = "</tool_call>"
+_CALL_STARTS = (_CALL_OPEN, "```", "{")
+_ENGINES: dict[tuple[str, int, int], Engine] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "amx_int8" in line for line in f)
+    except OSError:
+        return False
+
+
+def load_engine(path: Path, *, n_ctx: int = 4096, n_threads: int | None = None) -> Engine:
+    """The process-wide engine for `path`, loaded on first use.
+
+    Raises:
+        LocalModelError: llama-cpp-python is not installed, or memory is short.
+        ModelFileError: The file is missing, not GGUF, or llama.cpp cannot load it.
+    """
+    threads = n_threads or _default_threads()
+    key = (str(path.resolve()), n_ctx, threads)
+    with _LOAD_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = Engine(path, n_ctx=n_ctx, n_threads=threads)
+        return engine
+
+
+def _new_llama(path: Path, n_ctx: int, n_threads: int) -> Any:
+    try:
+        import llama_cpp
+        import llama_cpp.llama_cpp as lib
+    except ImportError:
+        raise LocalModelError(
+            "The embedded model needs llama-cpp-python; install the local extra: "
+            "pip install 'toolwire[local]'."
+        ) from None
+    original = lib.llama_model_default_params
+
+    def params() -> Any:
+        p = original()
+        # llama.cpp's AMX kernels (reached only through the extra weight buffers) crash on
+        # machines that advertise AMX in this build; the plain CPU path is safe everywhere.
+        p.use_extra_bufts = False
+        return p
+
+    if _cpu_has_amx() and hasattr(original(), "use_extra_bufts"):
+        lib.llama_model_default_params = params
+    try:
+        return llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_batch=512, verbose=False
+        )
+    except (ValueError, RuntimeError) as exc:
+        raise ModelFileError(
+            f"llama.cpp cannot load the local model file at {path} ({exc}); the file is damaged or "
+            "not a supported model: delete it and run `make demo` again, or set TOOLWIRE_LOCAL_MODEL."
+        ) from None
+    finally:
+        lib.llama_model_default_params = original
+
+
+class Engine:
+    """One loaded model: its chat template, special tokens and a lock that serialises inference."""
+
+    def __init__(self, path: Path, *, n_ctx: int, n_threads: int) -> None:
+        check_gguf(path)
+        # The weights (mapped) plus the KV cache (about 32 KiB a token for these sizes) and
+        # llama.cpp's compute buffers (about 300 MiB).
+        check_memory(path, overhead=(n_ctx << 15) + (320 << 20))
+        self.llm = _new_llama(path, n_ctx, n_threads)
+        self.path = path
+        self.n_ctx = n_ctx
+        self.lock = threading.Lock()
+        """Held for the whole of one request: one context, one sequence at a time."""
+        meta: dict[str, str] = self.llm.metadata
+        self.name = meta.get("general.name") or path.stem
+        source = meta.get("tokenizer.chat_template")
+        if not source:
+            raise ModelFileError(
+                f"The model file at {path} has no chat template; use an instruction-tuned GGUF."
+            )
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        # Templates expect Hugging Face's tojson (no HTML escaping), not Jinja's.
+        env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
+        try:
+            self._template = env.from_string(source)
+        except jinja2.TemplateError as exc:
+            raise ModelFileError(
+                f"The chat template in {path} cannot be read ({exc}); use another GGUF."
+            ) from None
+        self._bos = self._piece(self.llm.token_bos())
+        self._eos = self._piece(self.llm.token_eos())
+        self.n_vocab: int = self.llm.n_vocab()
+        pieces = [self._piece(t) for t in range(self.n_vocab)]
+        self._call_start = np.array([t for t, s in enumerate(pieces) if s.strip().startswith(_CALL_STARTS)])
+        self._eog = np.array([t for t in range(self.n_vocab) if self._is_eog(t)])
+        self._eog_set = frozenset(int(t) for t in self._eog)
+        self.call_open = self.tokenize(_CALL_OPEN + "\n")
+        self.call_close = self.tokenize("\n" + _CALL_CLOSE + "\n")
+        self._open_id = self.call_open[0]
+
+    def _piece(self, token: int) -> str:
+        return bytes(self.llm.detokenize([token], special=True)).decode("utf-8", errors="replace")
+
+    def _is_eog(self, token: int) -> bool:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, token))
+
+    def render(self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec]) -> str:
+        """The prompt text from the model's own chat template, ending where the assistant speaks."""
+        specs = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+            }
+            for t in tools
+        ]
+
+        def raise_exception(message: str) -> None:
+            raise ModelFileError(f"The model's chat template refused the conversation: {message}.")
+
+        return self._template.render(
+            messages=messages,
+            tools=specs or None,
+            add_generation_prompt=True,
+            bos_token=self._bos,
+            eos_token=self._eos,
+            raise_exception=raise_exception,
+            strftime_now=lambda fmt: datetime.now().astimezone().strftime(fmt),
+        )
+
+    def tokenize(self, text: str) -> list[int]:
+        """Tokens of `text`, special tokens (such as `<|im_start|>`) recognised."""
+        return list(self.llm.tokenize(text.encode(), add_bos=False, special=True))
+
+    def _next_probabilities(self, tokens: list[int]) -> Any:
+        """The next-token distribution after `tokens` (the prompt's common prefix is reused)."""
+        import llama_cpp
+
+        generator = self.llm.generate(tokens, temp=0.0)
+        next(generator)  # evaluates the prompt; the sampled token itself is not evaluated
+        generator.close()
+        # The public API keeps logits only with logits_all=True (every position, slower), so the
+        # last row is read from the context directly.
+        raw = llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
+        logits = np.ctypeslib.as_array(raw, shape=(self.n_vocab,)).astype(np.float64)
+        logits -= logits.max()
+        probs = np.exp(logits)
+        return probs / probs.sum()
+
+    def first_token_call_probability(self, tokens: list[int]) -> float:
+        """The probability the model gives to opening its answer with a tool call."""
+        return float(self._next_probabilities(tokens)[self._call_start].sum())
+
+    def constrained_calls(
+        self, tokens: list[int], grammar: str, *, limit: int, max_tokens: int, stop: threading.Event
+    ) -> Iterator[tuple[str, str, int]]:
+        """Decode up to `limit` calls under `grammar`; yields `(name, arguments JSON, tokens used)`.
+
+        After each call the model decides freely whether another `<tool_call>` follows.
+        """
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        context = tokens + self.call_open
+        for n in range(limit):
+            out: list[int] = []
+            for token in self.llm.generate(context, temp=0.0, grammar=LlamaGrammar.from_string(grammar)):
+                if stop.is_set() or token in self._eog_set or len(out) >= max_tokens:
+                    break
+                out.append(token)
+            body = bytes(self.llm.detokenize(out)).decode("utf-8", errors="replace")
+            try:
+                call = json.loads(body)
+            except ValueError:
+                return  # cut off by max_tokens or stopped: nothing usable in this call
+            yield call["name"], json.dumps(call["arguments"], ensure_ascii=False), len(out)
+            context = context + out + self.call_close
+            if n + 1 >= limit or stop.is_set():
+                return
+            if self._next_probabilities(context)[self._open_id] < 0.5:
+                return
+            context = context + self.call_open
+
+    def stream_text(
+        self,
+        tokens: list[int],
+        *,
+        max_tokens: int,
+        temperature: float,
+        ban_call_start: bool,
+        stop: threading.Event,
+    ) -> Iterator[tuple[str, int, str]]:
+        """Generate a text answer; yields `(piece, tokens so far, finish reason)`.
+
+        With `ban_call_start` the first token may not open a call or end the turn: the decision
+        not to call has been made, so the answer must be prose.
+        """
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        context = list(tokens)
+        used = 0
+        if ban_call_start:
+            probs = self._next_probabilities(context)
+            probs[self._call_start] = 0.0
+            probs[self._eog] = 0.0
+            first = int(probs.argmax()) if temperature <= 0 else self._sample(probs, temperature)
+            used = 1
+            yield decoder.decode(bytes(self.llm.detokenize([first]))), used, "stop"
+            context.append(first)
+        reason = "stop"
+        for token in self.llm.generate(context, temp=temperature, repeat_penalty=1.0):
+            if stop.is_set() or token in self._eog_set or token == self._open_id:
+                break
+            if used >= max_tokens:
+                reason = "length"
+                break
+            used += 1
+            yield decoder.decode(bytes(self.llm.detokenize([token]))), used, reason
+        yield decoder.decode(b"", final=True), used, reason
+
+    @staticmethod
+    def _sample(probs: Any, temperature: float) -> int:
+        weights = np.power(probs, 1.0 / temperature)
+        weights /= weights.sum()
+        return int(np.random.default_rng().choice(len(weights), p=weights))
