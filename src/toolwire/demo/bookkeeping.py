@@ -211,7 +211,7 @@ async def create_item(
 ) -> dict[str, Any]:
     """Book one new entry (an expense, an income or any amount) for the user.
 
-    Use it when the user says "book", "add", "record", "register" or "I spent/paid/earned ...".
+    Use it when the user asks to book, add, record or register an amount, or says what they spent.
     Call it once per entry; do not use it to look entries up.
 
     Args:
