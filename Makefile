@@ -36,11 +36,11 @@ install: $(VENV)/.dev-installed $(VENV)/.local-installed ## Create .venv with to
 demo: $(VENV)/.local-installed ## Ask the bookkeeping assistant to book an expense (embedded model unless TOOLWIRE_BASE_URL is set)
 	$(BIN)/toolwire demo
 
-lint: $(VENV)/.dev-installed ## ruff
+lint: install ## ruff
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-typecheck: $(VENV)/.dev-installed ## mypy --strict
+typecheck: install ## mypy --strict
 	$(BIN)/mypy
 
 # The browser tests drive Debian's Chromium through Playwright (never `playwright install`, which
