@@ -50,14 +50,9 @@ class Served:
 
 
 @contextmanager
-def serve(latency: float = 0.0) -> Iterator[Served]:
-    """Run the scripted server in a child process for the duration of the block."""
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__)), str(latency)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+def serve_command(argv: list[str]) -> Iterator[Served]:
+    """Run a server command that prints `READY <base_url>` and serves until its stdin closes."""
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stdin is not None
     try:
         line = process.stdout.readline()
@@ -71,6 +66,13 @@ def serve(latency: float = 0.0) -> Iterator[Served]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextmanager
+def serve(latency: float = 0.0) -> Iterator[Served]:
+    """Run the scripted server in a child process for the duration of the block."""
+    with serve_command([sys.executable, str(Path(__file__)), str(latency)]) as served:
+        yield served
 
 
 def main() -> None:

@@ -31,20 +31,19 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from asyncio.subprocess import PIPE
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2
 
-from _scripted import Served
+from _scripted import Served, serve_command
 
 LATENCY = 0.05
 MODEL = "scripted-50ms"
@@ -98,27 +97,8 @@ def upstream_main(latency: float) -> None:
                 print(time.process_time(), flush=True)
 
 
-@contextlib.contextmanager
-def upstream(latency: float) -> Iterator[Served]:
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__)), "--upstream", str(latency)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None and process.stdin is not None
-    try:
-        line = process.stdout.readline()
-        if not line.startswith("READY "):
-            raise RuntimeError("The scripted upstream did not start; see the error above.")
-        yield Served(process, line.split()[1])
-    finally:
-        process.stdin.close()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def upstream(latency: float) -> contextlib.AbstractContextManager[Served]:
+    return serve_command([sys.executable, str(Path(__file__)), "--upstream", str(latency)])
 
 
 # --- `toolwire serve`, in its own process ------------------------------------------------------------
