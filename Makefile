@@ -21,7 +21,8 @@ $(VENV)/.local-installed: pyproject.toml | $(BIN)/python
 	@if ! $(BIN)/python -c "import llama_cpp" 2>/dev/null; then \
 	  echo "Building llama-cpp-python for the embedded model (once; several minutes on two cores)..."; \
 	  $(PIP) install -v "llama-cpp-python==0.3.36" 2>&1 \
-	    | grep --line-buffered -E '^\s*\[ *[0-9]+%\]|^Successfully|ERROR|error:' || exit 1; \
+	    | awk '/^ *\[[0-9]+\/[0-9]+\]/ { n = split($$NF, p, "/"); print "  " $$1 " " p[n]; fflush(); next } \
+	           /^Successfully|ERROR|error:/ { print; fflush() }'; \
 	fi
 	$(PIP) install --quiet -e ".[local]"
 	@touch $@

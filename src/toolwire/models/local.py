@@ -104,16 +104,21 @@ class LocalModel:
         self, transcript: Sequence[Message], tools: Sequence[ToolSpec], options: RequestOptions
     ) -> Turn:
         """Ask for one whole turn (inference runs in a worker thread)."""
+        stop = threading.Event()
 
         def run() -> Turn:
             turn: Turn | None = None
-            for item in self._generate(transcript, tools, options, threading.Event()):
+            for item in self._generate(transcript, tools, options, stop):
                 if isinstance(item, Turn):
                     turn = item
             assert turn is not None  # _generate always ends with a Turn
             return turn
 
-        return await asyncio.to_thread(run)
+        try:
+            return await asyncio.to_thread(run)
+        except asyncio.CancelledError:
+            stop.set()  # the worker stops at its next token and releases the engine
+            raise
 
     async def stream(
         self, transcript: Sequence[Message], tools: Sequence[ToolSpec], options: RequestOptions
@@ -165,7 +170,7 @@ class LocalModel:
             system_extra = guidance(offered) if offered else ""
             prompt = fit_prompt(engine, transcript, offered, reserve=max_tokens, system_extra=system_extra)
             forced = bool(offered) and options.tool_choice not in (None, "auto")
-            p_call = engine.first_token_call_probability(prompt) if offered and not forced else 0.0
+            p_call = engine.call_probability(prompt) if offered and not forced else 0.0
             calls: list[ToolCall] = []
             text_parts: list[str] = []
             generated = 0

@@ -42,12 +42,10 @@ def _default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _cpu_has_amx() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and "amx_int8" in line for line in f)
-    except OSError:
-        return False
+def _built_with_amx(lib: Any) -> bool:
+    """Whether this llama.cpp build uses AMX (a native build on a CPU that advertises it)."""
+    info = lib.llama_print_system_info()
+    return b"AMX_INT8 = 1" in (info if isinstance(info, bytes) else str(info).encode())
 
 
 def load_engine(path: Path, *, n_ctx: int = 4096, n_threads: int | None = None) -> Engine:
@@ -79,12 +77,12 @@ def _new_llama(path: Path, n_ctx: int, n_threads: int) -> Any:
 
     def params() -> Any:
         p = original()
-        # llama.cpp's AMX kernels (reached only through the extra weight buffers) crash on
-        # machines that advertise AMX in this build; the plain CPU path is safe everywhere.
+        # llama.cpp's AMX matmul (reached only through the extra weight buffers) crashed with a
+        # segfault on the first decode on our machines; the plain CPU path is safe everywhere.
         p.use_extra_bufts = False
         return p
 
-    if _cpu_has_amx() and hasattr(original(), "use_extra_bufts"):
+    if _built_with_amx(lib) and hasattr(original(), "use_extra_bufts"):
         lib.llama_model_default_params = params
     try:
         return llama_cpp.Llama(
@@ -191,8 +189,8 @@ class Engine:
         probs = np.exp(logits)
         return probs / probs.sum()
 
-    def first_token_call_probability(self, tokens: list[int]) -> float:
-        """The probability the model gives to opening its answer with a tool call."""
+    def call_probability(self, tokens: list[int]) -> float:
+        """The probability the model gives to opening a tool call as its next token."""
         return float(self._next_probabilities(tokens)[self._call_start].sum())
 
     def constrained_calls(
@@ -206,6 +204,8 @@ class Engine:
 
         context = tokens + self.call_open
         for n in range(limit):
+            if len(context) + max_tokens > self.n_ctx:
+                return  # no room left for another whole call
             out: list[int] = []
             for token in self.llm.generate(context, temp=0.0, grammar=LlamaGrammar.from_string(grammar)):
                 if stop.is_set() or token in self._eog_set or len(out) >= max_tokens:
@@ -220,7 +220,7 @@ class Engine:
             context = context + out + self.call_close
             if n + 1 >= limit or stop.is_set():
                 return
-            if self._next_probabilities(context)[self._open_id] < 0.5:
+            if self.call_probability(context) < 0.5:
                 return
             context = context + self.call_open
 
@@ -235,8 +235,8 @@ class Engine:
     ) -> Iterator[tuple[str, int, str]]:
         """Generate a text answer; yields `(piece, tokens so far, finish reason)`.
 
-        With `ban_call_start` the first token may not open a call or end the turn: the decision
-        not to call has been made, so the answer must be prose.
+        With `ban_call_start` the decision not to call has been made: the first token may not
+        open a call or end the turn, and a `<tool_call>` token later ends the text.
         """
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         context = list(tokens)
@@ -251,7 +251,7 @@ class Engine:
             context.append(first)
         reason = "stop"
         for token in self.llm.generate(context, temp=temperature, repeat_penalty=1.0):
-            if stop.is_set() or token in self._eog_set or token == self._open_id:
+            if stop.is_set() or token in self._eog_set or (ban_call_start and token == self._open_id):
                 break
             if used >= max_tokens:
                 reason = "length"
