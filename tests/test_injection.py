@@ -166,7 +166,9 @@ def _outcomes(answer: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _bob_untouched(injected: Injected, answer: dict[str, Any]) -> None:
-    assert "bob-private" not in json.dumps(answer) and "9999" not in json.dumps(answer)
+    text = json.dumps(answer)
+    # Bob's entry by its title or its amount as a value; a bare "9999" could be part of a port or id.
+    assert "bob-private" not in text and not re.search(r'"amount":\s*9999(\.0+)?\b', text)
     with sqlite3.connect(injected.db) as db:
         rows = db.execute("SELECT title, user_id FROM items ORDER BY id").fetchall()
     assert rows == [("bob-private", injected.bob_id)]
