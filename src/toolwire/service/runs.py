@@ -1,5 +1,7 @@
 """Chat runs: claim a request id, run the tool loop, store the outcome and the conversation at once.
 
+(A little over 400 lines: the three steps below are one state machine, read best in one file.)
+
 The database, not the process, decides what runs (so several servers can share one database):
 
 1. **Claim.** One write transaction checks the conversation (it must belong to the caller's tenant

@@ -10,7 +10,9 @@ order) for them and for the Chat stream bridge. Shared item shapes live in `_res
 Three rules hold everywhere. Calls are joined by `call_id`, never by the item `id` (`fc_...`).
 `strict` is always sent explicitly, because an omitted `strict` makes Responses normalize the schema
 to strict mode. A turn's `finish_reason` uses Chat's words (`stop`, `tool_calls`, `length`,
-`content_filter`) whatever the route, so a turn renders on either wire.
+`content_filter`) whatever the route, so a turn renders on either wire. The module is a little over
+400 lines because the stream assembler's rules (which event is authoritative) stay next to the
+parser whose results they must reproduce.
 """
 
 from __future__ import annotations
