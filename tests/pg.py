@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -70,3 +71,19 @@ def schema_args(schema: str | None) -> dict[str, object]:
 def database(url: str, schema: str | None = None) -> Database:
     """A `Database` on `url`; on PostgreSQL inside `schema`."""
     return Database(url, connect_args=schema_args(schema))
+
+
+@asynccontextmanager
+async def migrated_database(backend: str, tmp_path: Path) -> AsyncIterator[Database]:
+    """A migrated, empty database: a SQLite file under `tmp_path`, or a fresh PostgreSQL schema."""
+    from toolwire.store import migrate
+
+    async with AsyncExitStack() as stack:
+        if backend == "sqlite":
+            db = database(f"sqlite:///{tmp_path / 'test.db'}")
+        else:
+            schema = await stack.enter_async_context(postgres_schema())
+            db = database(POSTGRES_URL, schema)
+        stack.push_async_callback(db.aclose)  # closed before the schema is dropped
+        await migrate(db)
+        yield db

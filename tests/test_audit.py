@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from pg import POSTGRES_URL, PostgresUnavailable, database, postgres_schema
+from pg import database, migrated_database
 from toolwire.cli import app
 from toolwire.cli.audit import parse_since
 from toolwire.context import Context
@@ -30,20 +30,8 @@ SECRET = "sk-live-9f8e7d6c5b4a"
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    if request.param == "sqlite":
-        database_ = database(f"sqlite:///{tmp_path / 'audit.db'}")
-        await migrate(database_)
+    async with migrated_database(request.param, tmp_path) as database_:
         yield database_
-        await database_.aclose()
-        return
-    try:
-        async with postgres_schema() as schema:
-            database_ = database(POSTGRES_URL, schema)
-            await migrate(database_)
-            yield database_
-            await database_.aclose()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def tools(ran: list[str]) -> Toolbox:

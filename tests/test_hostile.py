@@ -22,11 +22,11 @@ from urllib.parse import quote
 import httpx2
 import jsonschema  # type: ignore[import-untyped]
 import pytest
-from fastapi import FastAPI, Request
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
+from attacker import Evil
 from service_support import server_thread
 from toolwire.context import Context
 from toolwire.demo.bookkeeping import bookkeeping_toolbox
@@ -39,19 +39,6 @@ from toolwire.tools.auth import AuthConfig
 from toolwire.tools.http import Connection, FunctionDefinition, http_tools
 
 TOKEN = "tickets-token-hostile"
-
-
-class Evil:
-    """The attacker's host: answers anything, and remembers every request it got."""
-
-    def __init__(self) -> None:
-        self.hits: list[str] = []
-        self.app = FastAPI()
-
-        @self.app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH"])
-        async def anything(request: Request) -> dict[str, str]:
-            self.hits.append(str(request.url))
-            return {"stolen": "thanks"}
 
 
 @pytest.fixture(scope="module")

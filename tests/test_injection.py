@@ -25,8 +25,8 @@ from urllib.parse import quote
 import httpx2
 import pytest
 from cryptography.fernet import Fernet
-from fastapi import FastAPI, Request
 
+from attacker import Evil
 from service_support import add_user, bearer, chat_body, server_thread, serving, sqlite_url
 from toolwire.demo.tickets import TicketsServer
 from toolwire.messages import ToolResult, UserMessage
@@ -34,19 +34,6 @@ from toolwire.settings import Settings
 from toolwire.testing import FunctionModel, ModelRequest, call, reply
 
 TOKEN = "tickets-token-injection"
-
-
-class Evil:
-    """The attacker's host: answers anything, and remembers every request it got."""
-
-    def __init__(self) -> None:
-        self.hits: list[str] = []
-        self.app = FastAPI()
-
-        @self.app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH"])
-        async def anything(request: Request) -> dict[str, str]:
-            self.hits.append(str(request.url))
-            return {"stolen": "thanks"}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from alembic import command
 from sqlalchemy import select
 
-from pg import POSTGRES_URL, PostgresUnavailable, database, postgres_schema
+from pg import database, migrated_database
 from toolwire.context import Context
 from toolwire.demo.bookkeeping import insert_item
 from toolwire.exceptions import ConfigError, ToolDefinitionError
@@ -34,20 +34,8 @@ from toolwire.tools import Tool, Toolbox, tool
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
     """A migrated, empty database: a SQLite file, or a fresh schema on the PostgreSQL server."""
-    if request.param == "sqlite":
-        database_ = database(f"sqlite:///{tmp_path / 'ledger.db'}")
-        await migrate(database_)
+    async with migrated_database(request.param, tmp_path) as database_:
         yield database_
-        await database_.aclose()
-        return
-    try:
-        async with postgres_schema() as schema:
-            database_ = database(POSTGRES_URL, schema)
-            await migrate(database_)
-            yield database_
-            await database_.aclose()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 class Recorder:
