@@ -332,3 +332,11 @@ async def test_an_in_memory_database_keeps_its_data_between_transactions() -> No
             session.add(_item(title="remembered"))
         async with db.transaction() as session:
             assert [item.title for item in await session.scalars(select(Item))] == ["remembered"]
+
+
+async def test_a_migration_waits_for_another_process_migrating_the_same_sqlite_file(tmp_path: Path) -> None:
+    # A busy timeout far shorter than one upgrade: the second migration must wait, not fail.
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    async with Database(url, busy_timeout=0.01) as first, Database(url, busy_timeout=0.01) as second:
+        await asyncio.gather(migrate(first), migrate(second))
+        assert await current_revisions(first) == head_revisions()

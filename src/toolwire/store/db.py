@@ -29,7 +29,14 @@ from sqlalchemy.pool import StaticPool
 
 from toolwire.exceptions import ConfigError, StorageError
 
-__all__ = ["DATABASE_URL_ENV", "Database", "default_database_url", "normalize_url", "storage_error"]
+__all__ = [
+    "DATABASE_URL_ENV",
+    "Database",
+    "DatabaseLockedError",
+    "default_database_url",
+    "normalize_url",
+    "storage_error",
+]
 
 DATABASE_URL_ENV = "TOOLWIRE_DATABASE_URL"
 """The environment variable that chooses the database."""
@@ -242,6 +249,10 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
         conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
 
 
+class DatabaseLockedError(StorageError):
+    """SQLite stayed locked by another connection for longer than the busy timeout."""
+
+
 def storage_error(exc: BaseException, db: Database) -> StorageError:
     """Turn a database or driver error into a `StorageError` with one sentence saying what to do.
 
@@ -257,7 +268,9 @@ def storage_error(exc: BaseException, db: Database) -> StorageError:
         cause = cause.__cause__
     text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
     if db.backend == "sqlite":
-        return StorageError(_sqlite_message(text.lower(), text, db.location))
+        message = _sqlite_message(text.lower(), text, db.location)
+        locked = "locked" in text.lower() or "busy" in text.lower()
+        return DatabaseLockedError(message) if locked else StorageError(message)
     return StorageError(_postgres_message(cause, text, db))
 
 

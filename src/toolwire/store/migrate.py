@@ -7,7 +7,9 @@ them), and returns after one cheap query when the schema is already at the newes
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import time
 from pathlib import Path
 
 from alembic import command
@@ -18,7 +20,7 @@ from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
 from toolwire.exceptions import StorageError
-from toolwire.store.db import Database
+from toolwire.store.db import Database, DatabaseLockedError
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -89,6 +91,10 @@ def _upgrade(connection: Connection, revision: str) -> None:
     command.upgrade(config, revision)
 
 
+_LOCK_WAIT = 120.0
+"""How long a migration waits for another process migrating the same SQLite file, in seconds."""
+
+
 async def migrate(db: Database, revision: str = "head") -> None:
     """Bring the database's schema up to `revision` (the newest by default), in one transaction.
 
@@ -108,9 +114,22 @@ async def migrate(db: Database, revision: str = "head") -> None:
         )
     if revision == "head" and current == head_revisions():
         return
+    deadline = time.monotonic() + _LOCK_WAIT
     try:
-        async with db.connect(write=True) as conn:
-            await conn.run_sync(_upgrade, revision)
+        while True:
+            try:
+                async with db.connect(write=True) as conn:
+                    await conn.run_sync(_upgrade, revision)
+                return
+            except DatabaseLockedError:
+                # Another process is migrating the same SQLite file (it holds the write lock for the
+                # whole upgrade, which can outlast the busy timeout on a loaded machine): wait for
+                # it, then find the work done, rather than fail a start-up over it.
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.25)
+                if revision == "head" and await current_revisions(db) == head_revisions():
+                    return
     except CommandError as exc:
         raise StorageError(
             f"Migrating the database at {db.location} to {revision!r} failed ({exc}); "
