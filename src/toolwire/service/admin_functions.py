@@ -13,6 +13,8 @@ answers with the request exactly as sent (credentials masked) and the API's resp
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
@@ -95,6 +97,15 @@ def _param(path: str, in_definition: bool) -> str:
     return f"definition.{path}" if in_definition and head in _DEFINITION_KEYS else path
 
 
+@contextmanager
+def _refusals(*, in_definition: bool = False) -> Iterator[None]:
+    """Answer the registry's refusals (bad definition, not found, in use...) with their API error."""
+    try:
+        yield
+    except UserError as exc:
+        raise _refused(exc, in_definition=in_definition) from None
+
+
 def _refused(exc: UserError, *, in_definition: bool = False) -> ApiError:
     if isinstance(exc, DefinitionError):
         return DefinitionProblems(exc, in_definition=in_definition)
@@ -138,39 +149,31 @@ async def list_connections(admin: Admin, state: State) -> ConnectionList:
 @router.post("/connections", status_code=201, summary="Create a connection")
 async def create_connection(body: ConnectionIn, admin: Admin, state: State) -> ConnectionOut:
     """The new connection; its credentials are stored encrypted and never returned."""
-    try:
+    with _refusals():
         view = await _registry(state).add_connection(admin.tenant_id, body.connection())
-    except UserError as exc:
-        raise _refused(exc) from None
     return _connection_out(view)
 
 
 @router.get("/connections/{name}", summary="Show one connection")
 async def get_connection(name: str, admin: Admin, state: State) -> ConnectionOut:
     """The connection's settings and the names of its stored credentials."""
-    try:
+    with _refusals():
         return _connection_out(await _registry(state).get_connection(admin.tenant_id, name))
-    except UserError as exc:
-        raise _refused(exc) from None
 
 
 @router.put("/connections/{name}", summary="Replace a connection's settings")
 async def update_connection(name: str, body: ConnectionIn, admin: Admin, state: State) -> ConnectionOut:
     """The updated connection; credentials left out of `auth.secrets` are kept when the auth type stays."""
-    try:
+    with _refusals():
         view = await _registry(state).update_connection(admin.tenant_id, name, body.connection())
-    except UserError as exc:
-        raise _refused(exc) from None
     return _connection_out(view)
 
 
 @router.delete("/connections/{name}", status_code=204, summary="Delete a connection")
 async def delete_connection(name: str, admin: Admin, state: State) -> Response:
     """Delete the connection and its credentials; refused with 409 while functions use it."""
-    try:
+    with _refusals():
         await _registry(state).remove_connection(admin.tenant_id, name)
-    except UserError as exc:
-        raise _refused(exc) from None
     return Response(status_code=204)
 
 
@@ -184,22 +187,18 @@ async def list_functions(admin: Admin, state: State) -> FunctionList:
 @router.post("/functions", status_code=201, summary="Create a function")
 async def create_function(body: FunctionIn, admin: Admin, state: State) -> FunctionOut:
     """The new function, checked against its connection; a tool of the assistant from the next chat on."""
-    try:
+    with _refusals(in_definition=True):
         view = await _registry(state).add_function(admin.tenant_id, _definition(body))
-    except UserError as exc:
-        raise _refused(exc, in_definition=True) from None
     return _function_out(view)
 
 
 @router.post("/functions/import-openapi", status_code=201, summary="Import functions from OpenAPI 3")
 async def import_openapi(body: OpenAPIImportIn, admin: Admin, state: State) -> OpenAPIImportOut:
     """One function per operation of the document, all bound to one connection; all or none are stored."""
-    try:
+    with _refusals():
         views, skipped = await _registry(state).import_openapi(
             admin.tenant_id, body.document, connection=body.connection, replace=body.replace
         )
-    except UserError as exc:
-        raise _refused(exc) from None
     return OpenAPIImportOut(
         functions=[_function_out(view) for view in views],
         skipped=[Skipped(where=where, why=why) for where, why in skipped],
@@ -209,37 +208,29 @@ async def import_openapi(body: OpenAPIImportIn, admin: Admin, state: State) -> O
 @router.get("/functions/{name}", summary="Show one function")
 async def get_function(name: str, admin: Admin, state: State) -> FunctionOut:
     """The function's definition, connection, and the request it sends."""
-    try:
+    with _refusals():
         return _function_out(await _registry(state).get_function(admin.tenant_id, name))
-    except UserError as exc:
-        raise _refused(exc) from None
 
 
 @router.put("/functions/{name}", summary="Replace a function")
 async def update_function(name: str, body: FunctionIn, admin: Admin, state: State) -> FunctionOut:
     """The new version of the function (renamed when `name` in the body differs)."""
-    try:
+    with _refusals(in_definition=True):
         view = await _registry(state).update_function(admin.tenant_id, name, _definition(body))
-    except UserError as exc:
-        raise _refused(exc, in_definition=True) from None
     return _function_out(view)
 
 
 @router.delete("/functions/{name}", status_code=204, summary="Delete a function")
 async def delete_function(name: str, admin: Admin, state: State) -> Response:
     """Delete the function; the assistant no longer offers it."""
-    try:
+    with _refusals():
         await _registry(state).remove_function(admin.tenant_id, name)
-    except UserError as exc:
-        raise _refused(exc) from None
     return Response(status_code=204)
 
 
 @router.post("/functions/{name}/test", summary="Run a function once and show the request sent")
 async def test_function(name: str, body: FunctionTestIn, admin: Admin, state: State) -> FunctionTestOut:
     """Execute it with `arguments`: the request exactly as sent (credentials masked), and the answer."""
-    try:
+    with _refusals():
         result = await _registry(state).test_function(admin.tenant_id, name, body.arguments)
-    except UserError as exc:
-        raise _refused(exc) from None
     return FunctionTestOut.model_validate(result.to_json())
