@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,9 +14,12 @@ from service_support import add_user, bearer, chat_body, serving, sqlite_url
 from toolwire.context import Context
 from toolwire.gate.audit import AuditLog
 from toolwire.messages import ToolCall, ToolResult
+from toolwire.service.auth import Principal
+from toolwire.service.key_cache import KeyCache
 from toolwire.settings import Settings
 from toolwire.store import Database
 from toolwire.store.principals import check_key, create_user, revoke_keys
+from toolwire.store.tables_principals import User
 from toolwire.testing import FunctionModel, ModelRequest, call, reply
 from toolwire.tools import tool
 
@@ -109,6 +113,80 @@ async def test_a_revoked_key_stops_working_at_once(tmp_path: Path) -> None:
 
     assert revoked.status_code == 204
     assert after.status_code == 401
+
+
+async def _revoke_elsewhere(url: str, user_id: str) -> None:
+    """Revoke a user's keys from another connection, as `toolwire users` or another server does."""
+    db = await Database.open(url)
+    try:
+        async with db.transaction(write=True) as session:
+            user = await session.get(User, user_id)
+            assert user is not None
+            assert await revoke_keys(session, user) == 1
+    finally:
+        await db.aclose()
+
+
+async def test_without_a_key_cache_a_key_revoked_elsewhere_stops_at_once(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    user_id, key = await add_user(url, "alice")
+    settings = Settings(database_url=url, key_cache_seconds=0)
+    async with serving(settings, FunctionModel(echo)) as (_, client):
+        before = await client.post("/v1/chat", json=chat_body("hi"), headers=bearer(key))
+        await _revoke_elsewhere(url, user_id)
+        after = await client.post("/v1/chat", json=chat_body("hi"), headers=bearer(key))
+
+    assert (before.status_code, after.status_code) == (200, 401)
+
+
+async def test_a_remembered_key_lasts_its_cache_time_and_an_admin_change_forgets_it(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    _, admin = await add_user(url, "root", scopes=("admin",))
+    user_id, key = await add_user(url, "alice")
+    other_id, _ = await add_user(url, "bob")
+    tampered = key[:-1] + ("A" if key[-1] != "A" else "B")
+    settings = Settings(database_url=url, key_cache_seconds=600)
+    async with serving(settings, FunctionModel(echo)) as (_, client):
+        first = await client.post("/v1/chat", json=chat_body("hi"), headers=bearer(key))
+        wrong_secret = await client.post("/v1/chat", json=chat_body("hi"), headers=bearer(tampered))
+        await _revoke_elsewhere(url, user_id)
+        remembered = await client.post("/v1/chat", json=chat_body("hi"), headers=bearer(key))
+        # Any change to keys or users through this server's admin API forgets every remembered key.
+        deleted = await client.delete(f"/admin/api/users/{other_id}", headers=bearer(admin))
+        forgotten = await client.post("/v1/chat", json=chat_body("hi"), headers=bearer(key))
+
+    assert (first.status_code, wrong_secret.status_code) == (200, 401)
+    assert remembered.status_code == 200  # revoked in the database, still within the cache time here
+    assert (deleted.status_code, forgotten.status_code) == (204, 401)
+
+
+async def test_a_remembered_key_expires_after_its_cache_time(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    user_id, key = await add_user(url, "alice")
+    settings = Settings(database_url=url, key_cache_seconds=0.2)
+    async with serving(settings, FunctionModel(echo)) as (_, client):
+        assert (await client.post("/v1/chat", json=chat_body("hi"), headers=bearer(key))).status_code == 200
+        await _revoke_elsewhere(url, user_id)
+        await asyncio.sleep(0.3)
+        after = await client.post("/v1/chat", json=chat_body("hi"), headers=bearer(key))
+
+    assert after.status_code == 401
+
+
+def test_the_key_cache_holds_at_most_its_size_and_drops_the_least_recently_used() -> None:
+    cache = KeyCache(60, size=2)
+    principals = {
+        name: Principal(user_id=name, tenant_id="acme", name=name, scopes=frozenset(), key_id=name)
+        for name in ("a", "b", "c")
+    }
+    cache.put("key-a", principals["a"])
+    cache.put("key-b", principals["b"])
+    assert cache.get("key-a") == principals["a"]  # now a is the most recently used
+    cache.put("key-c", principals["c"])
+
+    assert cache.get("key-b") is None
+    assert (cache.get("key-a"), cache.get("key-c")) == (principals["a"], principals["c"])
+    assert KeyCache(0).get("key-a") is None
 
 
 async def test_the_admin_api_needs_the_admin_scope(tmp_path: Path) -> None:

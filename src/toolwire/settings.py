@@ -49,6 +49,8 @@ class Settings:
     """The largest request body the service accepts; larger ones get 413."""
     shutdown_timeout: float = 30.0
     """Seconds a stopping service waits for in-flight runs (and their streams) to finish."""
+    key_cache_seconds: float = 1.0
+    """How long a server remembers an API key that passed; a key revoked elsewhere stops within this."""
     run_timeout: float = 600.0
     """Seconds one chat run may take; a run still marked running after that was lost with its process."""
     log_level: str = "info"
@@ -63,6 +65,10 @@ class Settings:
             raise ConfigError(f"max_body_bytes is {self.max_body_bytes}: allow at least 1024 bytes.")
         if self.shutdown_timeout < 0 or self.run_timeout <= 0:
             raise ConfigError("shutdown_timeout must be at least 0 and run_timeout more than 0 seconds.")
+        if not 0 <= self.key_cache_seconds <= 3600:
+            raise ConfigError(
+                f"key_cache_seconds is {self.key_cache_seconds}: use 0 (check every request) up to 3600."
+            )
         if self.log_level not in _LOG_LEVELS:
             raise ConfigError(
                 f"Log level {self.log_level!r} is not known: use one of {', '.join(_LOG_LEVELS)}."
@@ -108,6 +114,7 @@ _KINDS: dict[str, type] = {
     "port": int,
     "max_body_bytes": int,
     "shutdown_timeout": float,
+    "key_cache_seconds": float,
     "run_timeout": float,
 }
 

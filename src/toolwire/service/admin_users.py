@@ -125,6 +125,7 @@ async def update_user(user_id: str, body: UserUpdate, admin: Admin, state: State
             keys = await principals.keys_of(session, [user.id])
     except UserError as exc:
         raise _refused(exc) from None
+    state.keys.clear()
     return UserOut(**_user_out(user, keys[user.id]))
 
 
@@ -146,6 +147,7 @@ async def delete_user(user_id: str, admin: Admin, state: State) -> Response:
     async with state.db.transaction(write=True) as session:
         user = await _user(session, admin, user_id)
         await principals.delete_user(session, user)
+    state.keys.clear()
     return Response(status_code=204)
 
 
@@ -160,11 +162,12 @@ async def issue_key(user_id: str, admin: Admin, state: State) -> KeyIssued:
 
 @router.delete("/users/{user_id}/keys/{key_id}", status_code=204, summary="Revoke one API key")
 async def revoke_key(user_id: str, key_id: str, admin: Admin, state: State) -> Response:
-    """The key stops working at once, on every server."""
+    """The key stops working at once on this server, and within `key_cache_seconds` on the others."""
     try:
         async with state.db.transaction(write=True) as session:
             user = await _user(session, admin, user_id)
             await principals.revoke_keys(session, user, key_id=key_id)
     except UserError as exc:
         raise _refused(exc) from None
+    state.keys.clear()
     return Response(status_code=204)

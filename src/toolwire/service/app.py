@@ -28,6 +28,7 @@ from toolwire.assistant import build_model, open_assistant
 from toolwire.models.base import Model
 from toolwire.service import admin_audit, admin_functions, admin_users, chat_api, gateway, ops, pages
 from toolwire.service.errors import ApiError, BodyTooLargeError, install_error_handlers
+from toolwire.service.key_cache import KeyCache
 from toolwire.service.ops import MeteredModel, Metrics, RequestContextMiddleware
 from toolwire.service.runs import RunManager
 from toolwire.service.state import ServiceState
@@ -85,7 +86,7 @@ def create_app(settings: Settings | None = None, *, model: Model | None = None) 
     """
     settings = settings or Settings.from_env()
     metrics = Metrics.create()
-    state = ServiceState(settings=settings, metrics=metrics)
+    state = ServiceState(settings=settings, metrics=metrics, keys=KeyCache(settings.key_cache_seconds))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -2,9 +2,13 @@
 
 The key's user, tenant and scopes become a `Principal`, and from it the Context of every run, so
 the policy and the tools see the caller's identity, never anything the request body claims. Keys
-are checked against the salted hashes in the database on every request (no cache in the process,
-so a revoked key stops working at once on every server). How keys are made and stored is described
-in `toolwire.store.principals`.
+are checked against the salted hashes in the database; a key that passed is remembered by this
+process for `key_cache_seconds` (default 1 s) so a busy client does not pay a database round trip
+on every request. A change made through this process's admin API (revoking a key, deleting a user,
+new scopes) empties that memory at once; a change made elsewhere (`toolwire users`, another
+server) takes effect within `key_cache_seconds` on every server. `key_cache_seconds = 0` checks the
+database on every request. A key that fails is never remembered, so a new key works at once. How
+keys are made and stored is described in `toolwire.store.principals`.
 
 Routers depend on `require_principal` (any valid key) or `require_admin` (a key with the `admin`
 scope); both answer 401 / 403 with OpenAI's error body.
@@ -20,6 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import Request
 
 from toolwire.service.errors import ApiError
+from toolwire.service.key_cache import KeyCache
 from toolwire.service.state import ServiceState, get_state
 from toolwire.store import Database
 from toolwire.store.principals import ADMIN_SCOPE, check_key
@@ -86,7 +91,12 @@ async def require_principal(
             code="missing_api_key",
             headers=_CHALLENGE,
         )
-    principal = await authenticate(state.db, credentials.credentials.strip())
+    key = credentials.credentials.strip()
+    principal = state.keys.get(key)
+    if principal is None:
+        principal = await authenticate(state.db, key)
+        if principal is not None:
+            state.keys.put(key, principal)
     if principal is None:
         raise ApiError(
             401,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 
 from toolwire.service.errors import ApiError
+from toolwire.service.key_cache import KeyCache
 from toolwire.settings import Settings
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ class ServiceState:
     """The chat runs in flight in this process."""
     draining: bool = False
     """True once shutdown began: readiness fails so no new traffic is routed here."""
+    keys: KeyCache = field(default_factory=lambda: KeyCache(0.0))
+    """Recently verified API keys (see `toolwire.service.auth`); emptied when this process changes keys."""
     extra: dict[str, object] = field(default_factory=dict)
 
     @property
