@@ -32,9 +32,9 @@ import json
 import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from typing import Annotated, Any, Literal, cast
+from typing import Any, Literal, cast
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -42,7 +42,7 @@ from toolwire.exceptions import ModelError, WireFormatError
 from toolwire.messages import Message, ToolSpec, Turn
 from toolwire.models.base import Model, RequestOptions, StreamEvent
 from toolwire.service import models_api
-from toolwire.service.auth import Principal, require_principal
+from toolwire.service.auth import Principal, principal_of
 from toolwire.service.errors import ApiError
 from toolwire.service.gateway_stream import (
     Feed,
@@ -227,7 +227,8 @@ def _post_doc(wire: WireName) -> dict[str, Any]:
     schema = {"type": "object", "required": ["model", field_name], "additionalProperties": True}
     return {
         "openapi_extra": {
-            "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}
+            "security": [{"HTTPBearer": []}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
         },
         "responses": {
             200: {
@@ -248,27 +249,24 @@ _SSE_EVENT: dict[str, Any] = {
 }
 
 
+# These two routes take only the request: FastAPI's dependency resolution costs more than the rest of
+# a pass-through in the gateway (benchmarks/service.py), so they authenticate by calling the same
+# function `require_principal` does.
 @router.post("/chat/completions", summary="OpenAI Chat Completions", **_post_doc("chat"))
-async def chat_completions(
-    request: Request,
-    principal: Annotated[Principal, Depends(require_principal)],
-    state: Annotated[ServiceState, Depends(get_state)],
-) -> Response:
+async def chat_completions(request: Request) -> Response:
     """Answer a Chat Completions request from an upstream model or from the server's own tool loop."""
-    return await _serve(request, principal, state, "chat")
+    return await _serve(request, "chat")
 
 
 @router.post("/responses", summary="OpenAI Responses", **_post_doc("responses"))
-async def create_response(
-    request: Request,
-    principal: Annotated[Principal, Depends(require_principal)],
-    state: Annotated[ServiceState, Depends(get_state)],
-) -> Response:
+async def create_response(request: Request) -> Response:
     """Answer a Responses request from an upstream model or from the server's own tool loop."""
-    return await _serve(request, principal, state, "responses")
+    return await _serve(request, "responses")
 
 
-async def _serve(request: Request, principal: Principal, state: ServiceState, wire: WireName) -> Response:
+async def _serve(request: Request, wire: WireName) -> Response:
+    state = get_state(request)
+    principal = await principal_of(request, state)
     body = await _read_body(request)
     name = check_fields(body, wire)
     try:
