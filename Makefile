@@ -6,7 +6,7 @@ VENV         := .venv
 BIN          := $(VENV)/bin
 PIP          := $(BIN)/pip --disable-pip-version-check
 
-.PHONY: help install demo test lint typecheck pytest bench clean chromium
+.PHONY: help install demo test lint typecheck pytest bench bench-local clean chromium
 
 help: ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -65,6 +65,10 @@ test: lint typecheck pytest ## Everything: lint, types, the whole suite
 bench: install ## The benchmarks beside the peers; figures go to benchmarks/RESULTS.md
 	$(PIP) install --quiet -r benchmarks/requirements.txt
 	$(BIN)/python benchmarks/run_all.py
+
+bench-local: install ## Tool-call accuracy of the embedded model on both case sets (~15 minutes)
+	$(BIN)/python benchmarks/local_accuracy.py --mode constrained --cases benchmarks/cases/tool_calls.jsonl
+	$(BIN)/python benchmarks/local_accuracy.py --mode constrained --cases benchmarks/cases/tool_calls_heldout.jsonl
 
 clean: ## Remove the virtual environment
 	rm -rf $(VENV)

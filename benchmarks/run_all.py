@@ -61,8 +61,12 @@ SUITE = (
     Benchmark("Gate cost per call", "gate_cost.py", ("--repeat", "15"), 180),
     Benchmark("Start-up", "startup.py", ("--rounds", "10"), 180),
     Benchmark("Ledger claims per second", "ledger_claims.py", ("--ops", "400"), 300),
+    Benchmark("The service: /v1/chat and the gateway's added latency", "service.py", ("--rounds", "3"), 300),
+    Benchmark("The embedded model: speed beside llama.cpp", "local_speed.py", ("--reps", "2"), 300),
 )
-NOT_BENCHMARKS = frozenset({"run_all.py"})
+# The tool-call accuracy of the embedded model takes about 15 minutes for both sets of cases on two
+# cores, more than the whole suite: `make bench-local` runs it.
+NOT_BENCHMARKS = frozenset({"run_all.py", "local_accuracy.py"})
 
 
 @dataclass

@@ -16,7 +16,10 @@ Everything runs as separate processes: the scripted upstream model (toolwire's `
    against the same body sent straight to the upstream, one request at a time, interleaved
    (A, B, A, B...); at 50 ms upstream latency and at 0 ms (the pure overhead; the upstream answers a
    second model name, `scripted-0ms`, without delay). Figures: p50 and p99 of both and the
-   difference. Target: at most 2 ms added at p50 with 50 ms upstream latency.
+   difference. Target: at most 2 ms added at p50 with 50 ms upstream latency. A third contender,
+   interleaved with the two, is the floor of any Python gateway on this machine: a minimal proxy
+   (a bare ASGI function under the same uvicorn, forwarding the body with one pooled
+   `httpx2.AsyncClient`, no authentication, no parsing).
 
 A missed target is marked, not an error; a failed request is an error.
 Run: `.venv/bin/python benchmarks/service.py [--conversations 100] [--rounds 3] [--requests 200]`
@@ -276,11 +279,72 @@ async def conversations(svc: Service, model: Served, size: int, rounds: int) -> 
 # --- 2. the gateway's added latency, one request at a time -----------------------------------------------
 
 
-async def added_latency(svc: Service, upstream_url: str, model: str, requests: int) -> dict[str, list[float]]:
-    """Interleaved pass-through and direct requests; their wall seconds."""
+def proxy_main(upstream_url: str, port: int) -> None:
+    """The minimal proxy: forward each POST body to the upstream, answer with its body (the floor)."""
+    import uvicorn
+
+    client: httpx2.AsyncClient | None = None
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        nonlocal client
+        if scope["type"] == "lifespan":
+            await receive()  # startup
+            client = httpx2.AsyncClient(timeout=30)
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # shutdown
+            await client.aclose()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        assert client is not None
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        headers = {"content-type": "application/json", "authorization": "Bearer sk-bench-upstream"}
+        answer = await client.post(
+            f"{upstream_url}{scope['path'].removeprefix('/v1')}", content=body, headers=headers
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": answer.status_code,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer.content})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", server_header=False)
+
+
+@contextlib.asynccontextmanager
+async def minimal_proxy(upstream_url: str) -> AsyncIterator[str]:
+    port = _free_port()
+    argv = [str(Path(__file__)), "--proxy", upstream_url, "--port", str(port)]
+    process = await asyncio.create_subprocess_exec(sys.executable, *argv)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def added_latency(
+    svc: Service, proxy_url: str, upstream_url: str, model: str, requests: int
+) -> dict[str, list[float]]:
+    """Interleaved pass-through, minimal-proxy and direct requests; their wall seconds."""
     body = {"model": model, "messages": [{"role": "user", "content": f"{TITLE} 1"}], "tools": [CREATE_ITEM]}
     targets = {
         "gateway": (f"{svc.url}/v1/chat/completions", {"Authorization": f"Bearer {svc.key}"}),
+        "proxy": (f"{proxy_url}/v1/chat/completions", {}),
         "direct": (f"{upstream_url}/chat/completions", {"Authorization": "Bearer sk-bench-upstream"}),
     }
     times: dict[str, list[float]] = {name: [] for name in targets}
@@ -353,31 +417,32 @@ def report_added(results: list[tuple[float, dict[str, list[float]]]], requests: 
         f"\nGateway pass-through (`/v1/chat/completions`, an upstream model) against the same body sent "
         f"straight to the upstream: {requests} requests each, one at a time, interleaved.\n",
         "| pass-through | direct p50 ms | direct p99 ms | gateway p50 ms | gateway p99 ms "
-        "| added p50 ms | added p99 ms | gateway p50 vs direct | target: added p50 <= "
-        f"{ADDED_P50_TARGET_MS:g} ms |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|---|",
+        "| added p50 ms | added p99 ms | minimal proxy: added p50 ms | gateway p50 vs direct "
+        f"| target: added p50 <= {ADDED_P50_TARGET_MS:g} ms |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     for latency, times in results:
         d50, d99 = _p50(times["direct"]), _p99(times["direct"])
         g50, g99 = _p50(times["gateway"]), _p99(times["gateway"])
+        floor = _p50(times["proxy"]) - d50
         if latency == LATENCY:
             verdict = "met" if g50 - d50 <= ADDED_P50_TARGET_MS else f"**MISSED**: {g50 - d50:.2f} ms"
         else:
             verdict = "(none: the pure overhead)"
         lines.append(
             f"| upstream at {latency * 1000:g} ms | {d50:.2f} | {d99:.2f} | {g50:.2f} | {g99:.2f} "
-            f"| {g50 - d50:.2f} | {g99 - d99:.2f} | {_ratio(g50, d50)} | {verdict} |"
+            f"| {g50 - d50:.2f} | {g99 - d99:.2f} | {floor:.2f} | {_ratio(g50, d50)} | {verdict} |"
         )
     return "\n".join(lines)
 
 
 async def main(size: int, rounds: int, requests: int) -> str:
     with upstream(LATENCY) as model, tempfile.TemporaryDirectory(prefix="toolwire-bench-") as folder:
-        async with service(model.base_url, Path(folder)) as svc:
+        async with service(model.base_url, Path(folder)) as svc, minimal_proxy(model.base_url) as proxy:
             measured = await conversations(svc, model, size, rounds)
             added = [
-                (LATENCY, await added_latency(svc, model.base_url, MODEL, requests)),
-                (0.0, await added_latency(svc, model.base_url, INSTANT_MODEL, requests)),
+                (LATENCY, await added_latency(svc, proxy, model.base_url, MODEL, requests)),
+                (0.0, await added_latency(svc, proxy, model.base_url, INSTANT_MODEL, requests)),
             ]
     return report_conversations(measured, size, rounds) + "\n" + report_added(added, requests)
 
@@ -388,8 +453,12 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3, help="measured batches of each contender")
     parser.add_argument("--requests", type=int, default=200, help="sequential requests each, per latency")
     parser.add_argument("--upstream", type=float, help=argparse.SUPPRESS)  # run as the scripted upstream
+    parser.add_argument("--proxy", help=argparse.SUPPRESS)  # run as the minimal proxy to this upstream
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream is not None:
         upstream_main(args.upstream)
+    elif args.proxy is not None:
+        proxy_main(args.proxy, args.port)
     else:
         print(asyncio.run(main(args.conversations, args.rounds, args.requests)))

@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
+from collections.abc import Iterator
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -190,6 +192,43 @@ async def test_books_lunch_as_a_real_create_item_call(model: Model) -> None:
     assert turn.usage.input_tokens > 0 and turn.usage.output_tokens > 0
 
 
+TICKETS = [
+    ToolSpec(
+        name="list_tickets",
+        description="List support tickets, optionally filtered by status.",
+        parameters={
+            "type": "object",
+            "properties": {"status": {"type": "string", "enum": ["open", "in_progress", "closed"]}},
+        },
+    ),
+    ToolSpec(
+        name="get_ticket",
+        description="Get one support ticket by its id.",
+        parameters={
+            "type": "object",
+            "properties": {"ticket_id": {"type": "string", "description": "The ticket id, e.g. T-1042"}},
+            "required": ["ticket_id"],
+        },
+    ),
+]
+
+
+@needs_llama
+@pytest.mark.parametrize("closing_bias", [0.0, 3.0])
+async def test_a_filter_nobody_asked_for_is_left_out(model_path: Path, closing_bias: float) -> None:
+    from toolwire.models.local import LocalModel
+
+    model = LocalModel(model_path, closing_bias=closing_bias)
+    turn = await model.request([SYSTEM, UserMessage(content="List the tickets")], TICKETS, OPTIONS)
+
+    [call] = turn.message.tool_calls
+    assert call.name == "list_tickets"
+    if closing_bias:
+        assert json.loads(call.arguments) == {}
+    else:  # what the bias is for: unbiased, this model filters on open tickets unasked
+        assert json.loads(call.arguments) == {"status": "open"}
+
+
 @needs_llama
 async def test_question_no_tool_fits_is_answered_in_text(model: Model) -> None:
     turn = await model.request(
@@ -263,3 +302,54 @@ def test_trimming_keeps_system_prompt_and_pending_tool_results(model_path: Path)
     assert "Old question 0" not in text, "the oldest turns go first"
     with pytest.raises(ContextWindowError, match="context window"):
         fit_prompt(engine, transcript, BOOKKEEPING, reserve=engine.n_ctx - 100)
+
+
+class ProseThenCall:
+    """An engine whose model announces a call in prose, then opens `<tool_call>` (a scripted model)."""
+
+    n_ctx = 4096
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.call_context: list[int] = []
+
+    def render(self, messages: list[dict[str, object]], tools: object) -> str:
+        return "prompt"
+
+    def tokenize(self, text: str) -> list[int]:
+        return [1, 2, 3]
+
+    def call_probability(self, tokens: list[int]) -> float:
+        return 0.1  # the first token is prose, not a call
+
+    def stream_text(
+        self, tokens: list[int], *, generated: list[int], **_: object
+    ) -> Iterator[tuple[str, int, str]]:
+        for piece, token in (("I will look that ", 10), ("ticket up.", 11)):
+            generated.append(token)
+            yield piece, len(generated), "stop"
+        yield "", len(generated), "tool_calls"
+
+    def constrained_calls(
+        self, context: list[int], grammar: str, **_: object
+    ) -> Iterator[tuple[str, str, int]]:
+        self.call_context = context
+        yield "get_ticket", '{"ticket_id": "T-1"}', 7
+
+
+@needs_llama  # the call grammar is built with llama.cpp's converter
+async def test_a_call_opened_after_prose_is_decoded_as_a_real_call() -> None:
+    from toolwire.models.local import LocalModel
+
+    engine = ProseThenCall()
+    model = LocalModel("unused.gguf")
+    model._engine = engine  # type: ignore[assignment]
+    turn = await model.request([SYSTEM, UserMessage(content="Show me ticket T-1")], TICKETS, OPTIONS)
+
+    assert turn.message.text == "I will look that ticket up."
+    assert [(c.name, c.arguments) for c in turn.message.tool_calls] == [
+        ("get_ticket", '{"ticket_id": "T-1"}')
+    ]
+    assert turn.finish_reason == "tool_calls"
+    assert engine.call_context == [1, 2, 3, 10, 11]  # decoded after the prose, not instead of it
+    assert turn.usage.output_tokens == 2 + 7

@@ -24,6 +24,7 @@ import numpy as np
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from toolwire.messages import ToolSpec
+from toolwire.models.local_closing import ClosingBias
 from toolwire.models.local_model_files import LocalModelError, ModelFileError, check_gguf, check_memory
 
 __all__ = ["Engine", "load_engine"]
@@ -133,6 +134,7 @@ class Engine:
         self.n_vocab: int = self.llm.n_vocab()
         pieces = [self._piece(t) for t in range(self.n_vocab)]
         self._call_start = np.array([t for t, s in enumerate(pieces) if s.strip().startswith(_CALL_STARTS)])
+        self._closing = ClosingBias.groups(pieces)
         self._eog = np.array([t for t in range(self.n_vocab) if self._is_eog(t)])
         self._eog_set = frozenset(int(t) for t in self._eog)
         self.call_open = self.tokenize(_CALL_OPEN + "\n")
@@ -194,12 +196,21 @@ class Engine:
         return float(self._next_probabilities(tokens)[self._call_start].sum())
 
     def constrained_calls(
-        self, tokens: list[int], grammar: str, *, limit: int, max_tokens: int, stop: threading.Event
+        self,
+        tokens: list[int],
+        grammar: str,
+        *,
+        limit: int,
+        max_tokens: int,
+        stop: threading.Event,
+        closing_bias: float = 0.0,
     ) -> Iterator[tuple[str, str, int]]:
         """Decode up to `limit` calls under `grammar`; yields `(name, arguments JSON, tokens used)`.
 
         After each call the model decides freely whether another `<tool_call>` follows.
+        `closing_bias` makes it add optional arguments less readily (see `ClosingBias`).
         """
+        from llama_cpp import LogitsProcessorList
         from llama_cpp.llama_grammar import LlamaGrammar
 
         context = tokens + self.call_open
@@ -207,7 +218,14 @@ class Engine:
             if len(context) + max_tokens > self.n_ctx:
                 return  # no room left for another whole call
             out: list[int] = []
-            for token in self.llm.generate(context, temp=0.0, grammar=LlamaGrammar.from_string(grammar)):
+            processors = (
+                LogitsProcessorList([ClosingBias(self._closing, len(context), closing_bias)])
+                if closing_bias
+                else None
+            )
+            for token in self.llm.generate(
+                context, temp=0.0, grammar=LlamaGrammar.from_string(grammar), logits_processor=processors
+            ):
                 if stop.is_set() or token in self._eog_set or len(out) >= max_tokens:
                     break
                 out.append(token)
@@ -232,33 +250,39 @@ class Engine:
         temperature: float,
         ban_call_start: bool,
         stop: threading.Event,
+        generated: list[int] | None = None,
     ) -> Iterator[tuple[str, int, str]]:
         """Generate a text answer; yields `(piece, tokens so far, finish reason)`.
 
-        With `ban_call_start` the decision not to call has been made: the first token may not
-        open a call or end the turn, and a `<tool_call>` token later ends the text.
+        With `ban_call_start` the decision not to call has been made for the first token: it may
+        not open a call or end the turn. If the model opens a `<tool_call>` later, after some
+        prose, the text ends there with the finish reason `"tool_calls"`. The tokens produced are
+        appended to `generated` when it is given.
         """
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         context = list(tokens)
-        used = 0
+        out = generated if generated is not None else []
         if ban_call_start:
             probs = self._next_probabilities(context)
             probs[self._call_start] = 0.0
             probs[self._eog] = 0.0
             first = int(probs.argmax()) if temperature <= 0 else self._sample(probs, temperature)
-            used = 1
-            yield decoder.decode(bytes(self.llm.detokenize([first]))), used, "stop"
+            out.append(first)
+            yield decoder.decode(bytes(self.llm.detokenize([first]))), len(out), "stop"
             context.append(first)
         reason = "stop"
         for token in self.llm.generate(context, temp=temperature, repeat_penalty=1.0):
-            if stop.is_set() or token in self._eog_set or (ban_call_start and token == self._open_id):
+            if stop.is_set() or token in self._eog_set:
                 break
-            if used >= max_tokens:
+            if ban_call_start and token == self._open_id:
+                reason = "tool_calls"
+                break
+            if len(out) >= max_tokens:
                 reason = "length"
                 break
-            used += 1
-            yield decoder.decode(bytes(self.llm.detokenize([token]))), used, reason
-        yield decoder.decode(b"", final=True), used, reason
+            out.append(token)
+            yield decoder.decode(bytes(self.llm.detokenize([token]))), len(out), reason
+        yield decoder.decode(b"", final=True), len(out), reason
 
     @staticmethod
     def _sample(probs: Any, temperature: float) -> int:
