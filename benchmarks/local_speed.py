@@ -98,6 +98,9 @@ def median(rows: list[dict[str, Any]], key: str) -> float:
     return round(statistics.median(r[key] for r in rows), 2)
 
 
+TARGET_RATIO = 0.9
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a GGUF file (default: TOOLWIRE_LOCAL_MODEL or the packaged model)")
@@ -133,6 +136,16 @@ async def main() -> None:
         "demo_call": calls_warm[-1]["call"],
     }
     print(json.dumps(result, indent=1))
+    ratio = result["ratio"]
+    verdict = "met" if ratio >= TARGET_RATIO else f"**MISSED**: {ratio:.2f}x"
+    print(
+        "\n| decode tokens/s, toolwire | llama.cpp | ratio | first token cold, toolwire s | llama.cpp s "
+        f"| first token, prompt cached s | target: ratio >= {TARGET_RATIO} |\n"
+        "|--:|--:|--:|--:|--:|--:|---|\n"
+        f"| {result['decode_tps_toolwire']} | {result['decode_tps_llama_cpp']} | {ratio:.2f}x "
+        f"| {result['ttft_cold_toolwire']} | {result['ttft_cold_llama_cpp']} "
+        f"| {result['ttft_cached_prefix_toolwire']} | {verdict} |"
+    )
 
 
 if __name__ == "__main__":
