@@ -10,6 +10,7 @@ llama_cpp is imported here only, and lazily: toolwire imports without the `local
 
 from __future__ import annotations
 
+import atexit
 import codecs
 import json
 import os
@@ -61,8 +62,18 @@ def load_engine(path: Path, *, n_ctx: int = 4096, n_threads: int | None = None) 
     with _LOAD_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:
+            if not _ENGINES:
+                atexit.register(_close_engines)
             engine = _ENGINES[key] = Engine(path, n_ctx=n_ctx, n_threads=threads)
         return engine
+
+
+def _close_engines() -> None:
+    # Freed while the interpreter is whole: llama-cpp-python's own finaliser runs during shutdown,
+    # after the library's globals are gone, and prints a traceback on the way out.
+    for engine in _ENGINES.values():
+        engine.llm.close()
+    _ENGINES.clear()
 
 
 def _new_llama(path: Path, n_ctx: int, n_threads: int) -> Any:
