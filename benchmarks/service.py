@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from typing import Any
 
 import httpx2
 
+from _proxy import free_port, minimal_proxy
 from _scripted import Served, serve_command
 
 LATENCY = 0.05
@@ -121,18 +121,11 @@ class Service:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @contextlib.asynccontextmanager
 async def service(upstream_url: str, folder: Path) -> AsyncIterator[Service]:
     from cryptography.fernet import Fernet
 
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWIRE_")}
     env |= {
         "TOOLWIRE_DATABASE_URL": f"sqlite:///{folder / 'service.db'}",
@@ -279,64 +272,6 @@ async def conversations(svc: Service, model: Served, size: int, rounds: int) -> 
 # --- 2. the gateway's added latency, one request at a time -----------------------------------------------
 
 
-def proxy_main(upstream_url: str, port: int) -> None:
-    """The minimal proxy: forward each POST body to the upstream, answer with its body (the floor)."""
-    import uvicorn
-
-    client: httpx2.AsyncClient | None = None
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        nonlocal client
-        if scope["type"] == "lifespan":
-            await receive()  # startup
-            client = httpx2.AsyncClient(timeout=30)
-            await send({"type": "lifespan.startup.complete"})
-            await receive()  # shutdown
-            await client.aclose()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        assert client is not None
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
-        headers = {"content-type": "application/json", "authorization": "Bearer sk-bench-upstream"}
-        answer = await client.post(
-            f"{upstream_url}{scope['path'].removeprefix('/v1')}", content=body, headers=headers
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": answer.status_code,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": answer.content})
-
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", server_header=False)
-
-
-@contextlib.asynccontextmanager
-async def minimal_proxy(upstream_url: str) -> AsyncIterator[str]:
-    port = _free_port()
-    argv = [str(Path(__file__)), "--proxy", upstream_url, "--port", str(port)]
-    process = await asyncio.create_subprocess_exec(sys.executable, *argv)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with asyncio.timeout(30):
-            while True:
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                    writer.close()
-                    break
-                except OSError:
-                    await asyncio.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        await process.wait()
-
-
 async def added_latency(
     svc: Service, proxy_url: str, upstream_url: str, model: str, requests: int
 ) -> dict[str, list[float]]:
@@ -453,12 +388,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3, help="measured batches of each contender")
     parser.add_argument("--requests", type=int, default=200, help="sequential requests each, per latency")
     parser.add_argument("--upstream", type=float, help=argparse.SUPPRESS)  # run as the scripted upstream
-    parser.add_argument("--proxy", help=argparse.SUPPRESS)  # run as the minimal proxy to this upstream
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream is not None:
         upstream_main(args.upstream)
-    elif args.proxy is not None:
-        proxy_main(args.proxy, args.port)
     else:
         print(asyncio.run(main(args.conversations, args.rounds, args.requests)))
