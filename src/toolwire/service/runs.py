@@ -37,7 +37,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, select, update
+from sqlalchemy import CursorResult, Update, select, update
 from sqlalchemy.exc import IntegrityError
 
 from toolwire.assistant import Assistant
@@ -226,20 +226,21 @@ async def claim_run(
     return await _claim_once(db, principal, request_id, conversation_id, digest, run_timeout)
 
 
+def _finish(claim: Claim) -> Update:
+    """The update of this claim's row while it is still running: a run that lost its claim changes nothing."""
+    return update(ChatRun).where(
+        ChatRun.tenant_id == claim.tenant_id,
+        ChatRun.request_id == claim.request_id,
+        ChatRun.attempt == claim.attempt,
+        ChatRun.state == "running",
+    )
+
+
 async def _complete(db: Database, claim: Claim, result: RunResult, outcome: dict[str, Any]) -> None:
     transcript = dump_transcript(result.transcript)
     now = utc_now()
     async with db.transaction(write=True) as session:
-        done = await session.execute(
-            update(ChatRun)
-            .where(
-                ChatRun.tenant_id == claim.tenant_id,
-                ChatRun.request_id == claim.request_id,
-                ChatRun.attempt == claim.attempt,
-                ChatRun.state == "running",
-            )
-            .values(state="done", outcome=outcome, updated_at=now)
-        )
+        done = await session.execute(_finish(claim).values(state="done", outcome=outcome, updated_at=now))
         if not cast(CursorResult[Any], done).rowcount:
             logger.warning("Run %s lost its claim; its outcome is not stored", claim.request_id)
             return
@@ -273,14 +274,7 @@ async def _fail(db: Database, claim: Claim, error: dict[str, Any], *, patience: 
         try:
             async with db.transaction(write=True) as session:
                 await session.execute(
-                    update(ChatRun)
-                    .where(
-                        ChatRun.tenant_id == claim.tenant_id,
-                        ChatRun.request_id == claim.request_id,
-                        ChatRun.attempt == claim.attempt,
-                        ChatRun.state == "running",
-                    )
-                    .values(state="failed", outcome=error, updated_at=utc_now())
+                    _finish(claim).values(state="failed", outcome=error, updated_at=utc_now())
                 )
             return
         except StorageError:
