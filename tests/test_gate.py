@@ -457,5 +457,25 @@ def test_arbitrary_proposals_never_crash_and_run_only_when_valid(name: str, argu
         and isinstance(parsed, dict)
         and jsonschema.Draft202012Validator(add.parameters).is_valid(parsed)
     )
-    assert bool(executed) == valid
-    assert (result.code is None) == valid
+    # Schema-valid values the function's own conversion refuses (an integer too large to come from
+    # a float, such as 1E20) are the model's error too, answered before the function body runs.
+    refused = valid and result.code == "invalid_arguments"
+    assert bool(executed) == (valid and not refused)
+    assert (result.code is None) == (valid and not refused)
+
+
+def test_a_schema_valid_value_the_function_cannot_convert_is_invalid_arguments_and_runs_nothing() -> None:
+    executed: list[int] = []
+
+    @tool
+    async def add(a: int, b: int = 0) -> int:
+        """Add two numbers."""
+        executed.append(a)
+        return a + b
+
+    assert jsonschema.Draft202012Validator(add.parameters).is_valid({"a": 1e20})
+    result = asyncio.run(Gate(Toolbox([add])).run(make_call("add", '{"a": 1E20}'), Context()))
+
+    assert result.code == "invalid_arguments"
+    assert "a: " in error_of(result)["message"]
+    assert executed == []

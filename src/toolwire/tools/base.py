@@ -11,13 +11,23 @@ from toolwire.context import Context
 from toolwire.exceptions import ToolDefinitionError
 from toolwire.messages import ToolSpec
 
-__all__ = ["Check", "Denial", "Effect", "Handler", "Tool", "validate_tool_name"]
+__all__ = ["ArgumentError", "Check", "Denial", "Effect", "Handler", "Tool", "validate_tool_name"]
 
 Effect = Literal["read", "write"]
 """`read` tools may run concurrently; `write` tools run one at a time, in proposed order, once."""
 
 Handler = Callable[[dict[str, Any], Context], Awaitable[Any]]
 """Runs a tool with arguments the Gate already validated, and the run's context."""
+
+
+class ArgumentError(Exception):
+    """An argument value the tool cannot take, found before it did anything: `invalid_arguments`.
+
+    The JSON Schema can admit what the tool's own conversion refuses (`1e20` is an integer to JSON
+    Schema, too large for Python's conversion of a float); the Gate answers it as the model's error.
+    """
+
+    code = "invalid_arguments"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 
 from toolwire.context import Context
 from toolwire.exceptions import ToolDefinitionError
-from toolwire.tools.base import Check, Effect, Handler, Tool, validate_tool_name
+from toolwire.tools.base import ArgumentError, Check, Effect, Handler, Tool, validate_tool_name
 
 __all__ = ["tool"]
 
@@ -348,7 +348,11 @@ def _handler(fn: Callable[..., Any], binding: _Binding) -> Handler:
     is_async = inspect.iscoroutinefunction(fn)
 
     async def handler(arguments: dict[str, Any], context: Context) -> Any:
-        parsed = model.model_validate(arguments)
+        try:
+            parsed = model.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ArgumentError(f"The arguments cannot be used: {problems}; send other values.") from None
         kwargs = {param: getattr(parsed, field) for param, field in fields}
         for param in contexts:
             kwargs[param] = context

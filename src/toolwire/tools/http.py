@@ -43,7 +43,7 @@ from toolwire.tools._http_check import (
 )
 from toolwire.tools._http_send import DEFAULT_MAX_RESPONSE_BYTES, MAX_TRIES, Fence, Sender, UpstreamError
 from toolwire.tools.auth import AuthConfig, ConnectionAuth, connection_auth
-from toolwire.tools.base import Tool, validate_tool_name
+from toolwire.tools.base import ArgumentError, Tool, validate_tool_name
 
 __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
@@ -71,12 +71,6 @@ class DefinitionError(ToolDefinitionError):
         self.problems = list(problems)
         """Each problem as `(json path, what to do)`."""
         super().__init__("; ".join(f"{path}: {what}" for path, what in self.problems) + ".")
-
-
-class ArgumentError(Exception):
-    """An argument value that cannot be placed in the request; nothing was sent."""
-
-    code = "invalid_arguments"
 
 
 @dataclass(kw_only=True, frozen=True)
