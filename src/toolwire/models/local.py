@@ -11,6 +11,11 @@ grammar built from the tool schemas, one branch per tool, so a call always names
 with schema-valid arguments. Forcing the whole answer through a grammar of calls makes small models
 call a tool even when none fits; leaving the call body free makes them write invalid calls.
 
+That urge to open a call is a poor judge on its own, so a call in answer to a user gets a second
+look: the model is asked apart whether the user's message needs that function. A call it opened
+without conviction is dropped for a text answer, and a call it only described in its answer is
+made (see `confirm_threshold`).
+
 The model is loaded once per process and path and shared; inference runs in a worker thread under
 the engine's lock, so requests are serialised and the event loop never blocks.
 """
@@ -22,20 +27,23 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolwire.exceptions import ConfigError, ModelResponseError
-from toolwire.messages import AssistantMessage, Message, ToolCall, ToolSpec, Turn, Usage
+from toolwire.messages import AssistantMessage, Message, ToolCall, ToolSpec, Turn, Usage, UserMessage
 from toolwire.models.base import RequestOptions, StreamEvent, TextDelta, TurnComplete
 from toolwire.models.local_engine import Engine, load_engine
 from toolwire.models.local_model_files import resolve_model_path
 from toolwire.models.local_prompt import (
     ContextWindowError,
     call_grammar,
+    confirm_questions,
     fit_prompt,
     guidance,
+    named_tools,
     parse_text_calls,
 )
 
@@ -48,6 +56,16 @@ _MAX_CALLS = 8
 
 def _new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass
+class _Answer:
+    """What one turn has produced so far."""
+
+    text: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    generated: int = 0
+    finish: str = "stop"
 
 
 class _Cancelled(Exception):
@@ -67,6 +85,18 @@ class LocalModel:
             optional argument (see `toolwire.models.local_closing`); higher means fewer arguments
             the user did not ask for, and past about 4 also fewer that the user did (measured on
             the accuracy set in benchmarks/); 0 turns it off.
+        confirm_threshold: Answering a user's message, a call is made only when the model, asked
+            apart whether the message needs that function, says yes with at least this share (see
+            `confirm_questions`): a call it opened is dropped below it, and a call it only described
+            in its answer ("you can use the `get_summary` function") is made at or above it. The
+            default lies between the highest share of an unneeded call (0.68) and the lowest of a
+            needed one (0.69) on the tuning set in benchmarks/. `None` turns the second look off.
+        confirm_below: A call the model opened with at least this probability is not second-guessed
+            (on the tuning set every unneeded call was opened below 0.7, and the one needed call
+            the second look would have dropped, above 0.8).
+        describe_floor: From this probability of opening a call up to `call_threshold`, an answer
+            in text is held back until it is complete, so that a call it describes can still be
+            made instead (such answers then arrive whole, not streamed).
         constrained: Decode tool calls under the schema grammar; `False` parses the model's free
             text instead (measured in benchmarks/, not for production).
         progress: Told, in one line, when the packaged model is assembled (the first use only).
@@ -80,6 +110,9 @@ class LocalModel:
         n_threads: int | None = None,
         call_threshold: float = 0.5,
         closing_bias: float = 3.0,
+        confirm_threshold: float | None = 0.685,
+        confirm_below: float = 0.75,
+        describe_floor: float = 0.2,
         constrained: bool = True,
         progress: Callable[[str], None] | None = None,
     ) -> None:
@@ -88,6 +121,9 @@ class LocalModel:
         self._n_threads = n_threads
         self.call_threshold = call_threshold
         self.closing_bias = closing_bias
+        self.confirm_threshold = confirm_threshold
+        self.confirm_below = confirm_below
+        self.describe_floor = describe_floor
         self.constrained = constrained
         self._progress = progress
         self._engine: Engine | None = None
@@ -185,6 +221,67 @@ class LocalModel:
             calls.append(ToolCall(id=_new_call_id(), name=name, arguments=arguments))
         return calls, generated
 
+    def _unconfirmed(self, engine: Engine, asked: str | None, tools: Sequence[ToolSpec]) -> bool:
+        """Whether the model, asked apart for each of `tools`, says `asked` does not need it."""
+        if asked is None or self.confirm_threshold is None:
+            return False  # no second look: the model's own choice stands
+        for tool in tools:
+            questions = [engine.tokenize(engine.render(q, ())) for q in confirm_questions(asked, tool)]
+            if any(len(q) >= engine.judge_n_ctx for q in questions):
+                continue  # too long to ask apart: the model's own choice stands
+            if sum(engine.yes_share(q) for q in questions) / len(questions) < self.confirm_threshold:
+                return True
+        return False
+
+    def _in_text(
+        self,
+        engine: Engine,
+        prompt: list[int],
+        offered: list[ToolSpec],
+        options: RequestOptions,
+        stop: threading.Event,
+        temperature: float,
+        max_tokens: int,
+        answer: _Answer,
+        held_for: str | None,
+    ) -> Generator[str, None, _Answer]:
+        """Answer in text, streaming it unless `held_for` (the user's message) holds it back.
+
+        A held answer that names a function the model then confirms becomes a call to it.
+        """
+        said: list[int] = []
+        spent = answer.generated
+        for piece, used, reason in engine.stream_text(
+            prompt,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            ban_call_start=bool(offered) and self.constrained,
+            stop=stop,
+            generated=said,
+        ):
+            answer.generated, answer.finish = spent + used, reason
+            if piece:
+                answer.text.append(piece)
+                if held_for is None and (self.constrained or not offered):
+                    yield piece  # free-text calls are parsed by the caller, not streamed as prose
+        if answer.finish == "tool_calls":
+            # The model announced a call in prose, then opened it: decode it after the prose
+            # (the answer carries both, as an OpenAI model's may).
+            answer.calls, used = self._calls(engine, prompt + said, offered, options, stop)
+            answer.generated += used
+            answer.finish = "tool_calls" if answer.calls else "stop"
+        elif held_for is not None:
+            named = named_tools("".join(answer.text), offered)
+            if named and not self._unconfirmed(engine, held_for, named):
+                # It told the user which function to use instead of using it: use it.
+                calls, used = self._calls(engine, prompt, named, options, stop)
+                answer.generated += used
+                if calls:
+                    answer.calls, answer.text, answer.finish = calls, [], "tool_calls"
+        if held_for is not None and answer.text:
+            yield "".join(answer.text)
+        return answer
+
     def _generate(
         self,
         transcript: Sequence[Message],
@@ -197,51 +294,38 @@ class LocalModel:
         offered = _offered_tools(tools, options.tool_choice)
         max_tokens = options.max_tokens or _DEFAULT_MAX_TOKENS
         temperature = options.temperature or 0.0
+        last = transcript[-1] if transcript else None
+        asked = last.content if isinstance(last, UserMessage) else None
         with engine.lock:
             system_extra = guidance(offered) if offered else ""
             prompt = fit_prompt(engine, transcript, offered, reserve=max_tokens, system_extra=system_extra)
             forced = bool(offered) and options.tool_choice not in (None, "auto")
             p_call = engine.call_probability(prompt) if offered and not forced else 0.0
-            calls: list[ToolCall] = []
-            text_parts: list[str] = []
-            generated = 0
-            finish = "stop"
+            # The second look is for the model's own choice in answer to a user: never after tool
+            # results (its answer names the tools it used) and never against a forced call.
+            checking = self.constrained and not forced and asked is not None
+            checking = checking and self.confirm_threshold is not None
+            answer = _Answer()
             if offered and self.constrained and (forced or p_call >= self.call_threshold):
-                calls, generated = self._calls(engine, prompt, offered, options, stop)
-                if not calls:
+                answer.calls, answer.generated = self._calls(engine, prompt, offered, options, stop)
+                if not answer.calls:
                     raise ModelResponseError(
                         "The local model started a tool call but did not finish it; ask again, "
                         "or rephrase the request more explicitly."
                     )
-                finish = "tool_calls"
-            else:
-                ban_calls = bool(offered) and self.constrained
-                said: list[int] = []
-                for piece, used, reason in engine.stream_text(
-                    prompt,
-                    max_tokens=max_tokens,
-                    temperature=temperature,
-                    ban_call_start=ban_calls,
-                    stop=stop,
-                    generated=said,
-                ):
-                    generated = used
-                    finish = reason
-                    if piece:
-                        if offered and not self.constrained:
-                            text_parts.append(piece)  # parsed below; not streamed as prose
-                            continue
-                        text_parts.append(piece)
-                        yield piece
-                if finish == "tool_calls":
-                    # The model announced a call in prose, then opened it: decode it after the prose
-                    # (the answer carries both, as an OpenAI model's may).
-                    calls, used = self._calls(engine, prompt + said, offered, options, stop)
-                    generated += used
-                    finish = "tool_calls" if calls else "stop"
+                answer.finish = "tool_calls"
+                chosen = [t for t in offered if any(c.name == t.name for c in answer.calls)]
+                doubtful = checking and p_call < self.confirm_below
+                if doubtful and self._unconfirmed(engine, asked, chosen):
+                    answer = _Answer(generated=answer.generated)  # opened on impulse: answer in text
+            if not answer.calls:
+                # An answer that may describe a call is held back until the second look has seen it.
+                hold = bool(offered) and checking and p_call >= self.describe_floor
+                params = (prompt, offered, options, stop, temperature, max_tokens)
+                answer = yield from self._in_text(engine, *params, answer, asked if hold else None)
             if stop.is_set():
                 raise _Cancelled
-        text = "".join(text_parts)
+        calls, finish, text = answer.calls, answer.finish, "".join(answer.text)
         if offered and not self.constrained:
             text, parsed = parse_text_calls(text)
             calls = [ToolCall(id=_new_call_id(), name=n, arguments=a) for n, a in parsed]
@@ -255,7 +339,7 @@ class LocalModel:
             )
         yield Turn(
             message=AssistantMessage(text=text.strip() or None, tool_calls=tuple(calls)),
-            usage=Usage(input_tokens=len(prompt), output_tokens=generated, requests=1),
+            usage=Usage(input_tokens=len(prompt), output_tokens=answer.generated, requests=1),
             route="local",
             finish_reason=finish,
         )

@@ -34,6 +34,8 @@ _CALL_OPEN = "<tool_call>"
 _CALL_CLOSE = "</tool_call>"
 _CALL_STARTS = (_CALL_OPEN, "```", "{")
 _ENGINES: dict[tuple[str, int, int], Engine] = {}
+_JUDGE_CTX = 1024
+"""Tokens of the second context, for short questions asked apart from the conversation."""
 _LOAD_LOCK = threading.Lock()
 
 
@@ -72,7 +74,7 @@ def _close_engines() -> None:
     # Freed while the interpreter is whole: llama-cpp-python's own finaliser runs during shutdown,
     # after the library's globals are gone, and prints a traceback on the way out.
     for engine in _ENGINES.values():
-        engine.llm.close()
+        engine.close()
     _ENGINES.clear()
 
 
@@ -120,6 +122,10 @@ class Engine:
         self.llm = _new_llama(path, n_ctx, n_threads)
         self.path = path
         self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.judge_n_ctx = _JUDGE_CTX
+        """The longest question `yes_share` can be asked (in tokens)."""
+        self._judge: Any = None
         self.lock = threading.Lock()
         """Held for the whole of one request: one context, one sequence at a time."""
         meta: dict[str, str] = self.llm.metadata
@@ -148,9 +154,14 @@ class Engine:
         self._closing = ClosingBias.groups(pieces)
         self._eog = np.array([t for t in range(self.n_vocab) if self._is_eog(t)])
         self._eog_set = frozenset(int(t) for t in self._eog)
+        self._yes = self._first_tokens("yes", "Yes", "YES", " yes", " Yes")
+        self._no = self._first_tokens("no", "No", "NO", " no", " No")
         self.call_open = self.tokenize(_CALL_OPEN + "\n")
         self.call_close = self.tokenize("\n" + _CALL_CLOSE + "\n")
         self._open_id = self.call_open[0]
+
+    def _first_tokens(self, *words: str) -> Any:
+        return np.array(sorted({self.tokenize(word)[0] for word in words}))
 
     def _piece(self, token: int) -> str:
         return bytes(self.llm.detokenize([token], special=True)).decode("utf-8", errors="replace")
@@ -187,16 +198,23 @@ class Engine:
         """Tokens of `text`, special tokens (such as `<|im_start|>`) recognised."""
         return list(self.llm.tokenize(text.encode(), add_bos=False, special=True))
 
-    def _next_probabilities(self, tokens: list[int]) -> Any:
+    def close(self) -> None:
+        """Free the loaded model and its contexts."""
+        self.llm.close()
+        if self._judge is not None:
+            self._judge.close()
+
+    def _next_probabilities(self, tokens: list[int], llm: Any = None) -> Any:
         """The next-token distribution after `tokens` (the prompt's common prefix is reused)."""
         import llama_cpp
 
-        generator = self.llm.generate(tokens, temp=0.0)
+        llm = llm or self.llm
+        generator = llm.generate(tokens, temp=0.0)
         next(generator)  # evaluates the prompt; the sampled token itself is not evaluated
         generator.close()
         # The public API keeps logits only with logits_all=True (every position, slower), so the
         # last row is read from the context directly.
-        raw = llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
+        raw = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
         logits = np.ctypeslib.as_array(raw, shape=(self.n_vocab,)).astype(np.float64)
         logits -= logits.max()
         probs = np.exp(logits)
@@ -205,6 +223,18 @@ class Engine:
     def call_probability(self, tokens: list[int]) -> float:
         """The probability the model gives to opening a tool call as its next token."""
         return float(self._next_probabilities(tokens)[self._call_start].sum())
+
+    def yes_share(self, tokens: list[int]) -> float:
+        """Of the probability the next token says yes or no, the share of yes (0.5 when neither).
+
+        Asked in a second, small context on the same (mapped, so shared) weights: the conversation's
+        prompt stays cached in the first, and the next turn does not evaluate it again.
+        """
+        if self._judge is None:
+            self._judge = _new_llama(self.path, self.judge_n_ctx, self.n_threads)
+        probs = self._next_probabilities(tokens, self._judge)
+        yes, no = float(probs[self._yes].sum()), float(probs[self._no].sum())
+        return yes / (yes + no) if yes + no > 0 else 0.5
 
     def constrained_calls(
         self,

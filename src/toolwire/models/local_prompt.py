@@ -23,6 +23,8 @@ __all__ = [
     "ContextWindowError",
     "call_grammar",
     "chat_messages",
+    "confirm_questions",
+    "named_tools",
     "fit_prompt",
     "guidance",
     "parse_text_calls",
@@ -51,6 +53,43 @@ def guidance(tools: Sequence[ToolSpec]) -> str:
     accuracy set in benchmarks/, this sentence raises correct abstentions without costing calls.
     """
     return _GUIDANCE if tools else ""
+
+
+def confirm_questions(asked: str, tool: ToolSpec) -> list[list[dict[str, Any]]]:
+    """Two phrasings of one question apart from the conversation: does `asked` need `tool`?
+
+    Asked without the other tools and without the assistant's instructions, the model judges one
+    function against one message. Measured on the tuning set in benchmarks/, the mean yes-share of
+    the two tells a needed call from an unneeded one where the urge to open a call does not; each
+    phrasing alone errs on cases the other gets right.
+    """
+    about = f"`{tool.name}`"
+    return [
+        [
+            {
+                "role": "user",
+                "content": f'A user wrote: "{asked}"\n\nThe function {about} is described as: '
+                f"{tool.description}\n\nShould the assistant call {about} now to fulfil the user's "
+                "message? Answer with yes or no.",
+            }
+        ],
+        [
+            {
+                "role": "system",
+                "content": "You judge whether a function call is needed. Answer only yes or no.",
+            },
+            {
+                "role": "user",
+                "content": f'Function {about}: {tool.description}\n\nUser message: "{asked}"\n\n'
+                f"Does answering this message require calling {about}?",
+            },
+        ],
+    ]
+
+
+def named_tools(text: str, tools: Sequence[ToolSpec]) -> list[ToolSpec]:
+    """The tools that `text` names as a word (a described call: "you can use the `get_summary` function")."""
+    return [t for t in tools if re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", text)]
 
 
 def chat_messages(transcript: Sequence[Message], system_extra: str = "") -> list[dict[str, Any]]:
