@@ -220,3 +220,19 @@ async def test_a_message_too_long_to_ask_about_apart_keeps_the_models_own_choice
     long_message = "Open a ticket about this log: " + "x" * 1_100_000
     turn = await model_with(engine).request(asking(long_message), TOOLS, RequestOptions())
     assert [c.name for c in turn.message.tool_calls] == ["create_ticket"] and engine.questions == []
+
+
+def test_no_memory_for_the_second_context_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from toolwire.models import local_engine
+    from toolwire.models.local_model_files import LocalModelError, ModelFileError
+
+    def refuse(path: Path, n_ctx: int, n_threads: int) -> None:
+        raise ModelFileError("llama.cpp cannot load the local model file")  # as a failed allocation does
+
+    monkeypatch.setattr(local_engine, "_new_llama", refuse)
+    engine = object.__new__(local_engine.Engine)  # the loaded model's own context is not needed here
+    engine.path, engine.judge_n_ctx, engine.n_threads, engine._judge = Path("model.gguf"), 1024, 2, None
+    with pytest.raises(LocalModelError, match="free some memory, or pass confirm_threshold=None"):
+        engine.yes_share([1, 2, 3])

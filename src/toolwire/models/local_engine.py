@@ -231,7 +231,14 @@ class Engine:
         prompt stays cached in the first, and the next turn does not evaluate it again.
         """
         if self._judge is None:
-            self._judge = _new_llama(self.path, self.judge_n_ctx, self.n_threads)
+            try:
+                self._judge = _new_llama(self.path, self.judge_n_ctx, self.n_threads)
+            except ModelFileError:
+                # The same file loaded a moment ago: what is short now is memory.
+                raise LocalModelError(
+                    "The local model could not open its second, small context for the second look "
+                    "before a call; free some memory, or pass confirm_threshold=None to LocalModel."
+                ) from None
         probs = self._next_probabilities(tokens, self._judge)
         yes, no = float(probs[self._yes].sum()), float(probs[self._no].sum())
         return yes / (yes + no) if yes + no > 0 else 0.5
