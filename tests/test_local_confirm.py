@@ -7,6 +7,7 @@ own. The real model's figures for the same rules are in benchmarks/local_accurac
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from importlib.util import find_spec
@@ -236,3 +237,30 @@ def test_no_memory_for_the_second_context_is_a_clear_error(monkeypatch: pytest.M
     engine.path, engine.judge_n_ctx, engine.n_threads, engine._judge = Path("model.gguf"), 1024, 2, None
     with pytest.raises(LocalModelError, match="free some memory, or pass confirm_threshold=None"):
         engine.yes_share([1, 2, 3])
+
+
+class Cancelled(Scripted):
+    """Describes a call, then waits mid-answer until the consumer goes away."""
+
+    entered = threading.Event()
+
+    def stream_text(
+        self, tokens: list[int], *, generated: list[int], **_: object
+    ) -> Iterator[tuple[str, int, str]]:
+        stop = _["stop"]
+        assert isinstance(stop, threading.Event)
+        generated.append(10)
+        yield DESCRIBED[0] + DESCRIBED[1], 1, "stop"
+        self.entered.set()
+        stop.wait(10)  # set when the request is cancelled
+
+
+async def test_an_answer_held_back_for_a_consumer_that_went_away_asks_nothing_more() -> None:
+    engine = Cancelled(p_call=0.35, prose=(), call=("get_ticket", "{}"), yes=0.99)
+    task = asyncio.create_task(model_with(engine).request(asking("Ticket 88?"), TOOLS, RequestOptions()))
+    assert await asyncio.to_thread(engine.entered.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await asyncio.to_thread(engine.lock.acquire, True, 10), "the worker finished"
+    assert engine.questions == [] and engine.call_contexts == []

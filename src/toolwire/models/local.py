@@ -270,7 +270,7 @@ class LocalModel:
             answer.calls, used = self._calls(engine, prompt + said, offered, options, stop)
             answer.generated += used
             answer.finish = "tool_calls" if answer.calls else "stop"
-        elif held_for is not None:
+        elif held_for is not None and not stop.is_set():
             named = named_tools("".join(answer.text), offered)
             if named and not self._unconfirmed(engine, held_for, named):
                 # It told the user which function to use instead of using it: use it.
