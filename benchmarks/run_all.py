@@ -62,6 +62,7 @@ SUITE = (
     Benchmark("Start-up", "startup.py", ("--rounds", "10"), 180),
     Benchmark("Ledger claims per second", "ledger_claims.py", ("--ops", "400"), 300),
     Benchmark("The service: /v1/chat and the gateway's added latency", "service.py", ("--rounds", "3"), 300),
+    Benchmark("What a pause costs one HTTP round trip", "idle_wake.py", ("--requests", "200"), 180),
     Benchmark("The embedded model: speed beside llama.cpp", "local_speed.py", ("--reps", "2"), 300),
 )
 # The tool-call accuracy of the embedded model takes about 15 minutes for both sets of cases on two
