@@ -6,7 +6,8 @@ with a system prompt that fixes today's date. A case is right when the calls mat
 every expected argument equal (strings case-insensitively; `{"contains": s}` for free text;
 `args_any` lists acceptable alternatives), and no extra argument except a tool's documented default
 or a free-text field. Any call to an unknown tool or with arguments that fail the schema is counted
-as schema-invalid.
+as schema-invalid. An answer in text that writes out the template's tool markup (`<tools>`,
+`<function>`...) is counted apart as a markup answer: no call, but no answer either.
 
 Run: .venv/bin/python benchmarks/local_accuracy.py [--mode constrained|free|both] [--model X.gguf]
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -34,6 +36,8 @@ CASES = Path(__file__).parent / "cases" / "tool_calls.jsonl"
 TOOLS_FILE = Path(__file__).parent / "cases" / "tools.json"
 
 TOOLS = [ToolSpec(**t) for t in json.loads(TOOLS_FILE.read_text())]
+MARKUP = re.compile(r"</?(tools?|tool_call|tool_response|function|name|arguments)>")
+"""An answer in text that writes out the chat template's tool markup instead of answering."""
 SCHEMAS = {t.name: t.parameters for t in TOOLS}
 HARMLESS_EXTRA = {"date": TODAY, "pageNum": 1, "pageSize": 15, "remark": None, "description": None}
 """Arguments a call may add unasked: a documented default (that value only) or free text (any)."""
@@ -107,6 +111,7 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
     totals: Counter[str] = Counter()
     right: Counter[str] = Counter()
     invalid_calls = 0
+    markup = 0
     seconds: list[float] = []
     failures = []
     for case in cases:
@@ -123,7 +128,10 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
         invalid_calls += invalid
         totals[kind(case)] += 1
         right[kind(case)] += ok
-        text = repr((turn.message.text or "")[:60]) if turn else "-"
+        answer = (turn.message.text or "") if turn else ""
+        if not calls and MARKUP.search(answer):
+            markup += 1
+        text = repr(answer[:60]) if turn else "-"
         shown = [f"{c.name}({c.arguments})" for c in calls] or [text]
         if not ok:
             failures.append({"id": case["id"], "got": shown})
@@ -139,6 +147,7 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
         "abstain_pct": round(100 * right["none"] / max(totals["none"], 1), 1),
         "parallel_right": f"{right['parallel']}/{totals['parallel']}",
         "schema_invalid_calls": invalid_calls,
+        "markup_answers": markup,
         "mean_seconds": round(sum(seconds) / len(seconds), 2),
         "failures": failures,
     }

@@ -239,6 +239,19 @@ async def test_question_no_tool_fits_is_answered_in_text(model: Model) -> None:
 
 
 @needs_llama
+@pytest.mark.parametrize("asked", ["Remind me to call mom at 5 pm.", "Book me a table for two tonight."])
+async def test_a_model_that_wanted_to_call_answers_in_words_not_in_its_tool_markup(
+    model: Model, asked: str
+) -> None:
+    # Denied the call it leaned towards, this model used to write out its prompt's tool section.
+    turn = await model.request([SYSTEM, UserMessage(content=asked)], BOOKKEEPING, OPTIONS)
+
+    assert turn.message.tool_calls == ()
+    text = turn.message.text or ""
+    assert text.strip() and not any(tag in text for tag in ("<tool", "<function", "<name>")), text
+
+
+@needs_llama
 async def test_stream_yields_text_deltas_then_the_whole_turn(model: Model) -> None:
     transcript = [
         SYSTEM,
@@ -353,3 +366,14 @@ async def test_a_call_opened_after_prose_is_decoded_as_a_real_call() -> None:
     assert turn.finish_reason == "tool_calls"
     assert engine.call_context == [1, 2, 3, 10, 11]  # decoded after the prose, not instead of it
     assert turn.usage.output_tokens == 2 + 7
+
+
+def test_an_answer_may_not_start_with_a_call_its_opening_or_the_templates_tool_markup() -> None:
+    from toolwire.models.local_engine import _starts_markup
+
+    # Denied `<tool_call>`, a model that wanted to call writes out its tool definitions after `<`.
+    starts = ("<tool_call>", "<", "<to", "<tool", "<tools", " <tools>", "<tool_response>", "```", "`", "{")
+    for piece in starts:
+        assert _starts_markup(piece), piece
+    for piece in ("Sure", " I", "<b>", "Remind", "\n", "", "12"):
+        assert not _starts_markup(piece), piece

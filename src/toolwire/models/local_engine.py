@@ -39,6 +39,18 @@ _JUDGE_CTX = 1024
 _LOAD_LOCK = threading.Lock()
 
 
+def _starts_markup(piece: str) -> bool:
+    """Whether an answer starting with `piece` starts a call or the chat template's tool markup.
+
+    Denied the whole `<tool_call>` token, a model that wanted to call picks its next best: `<`,
+    `<tool`, `<tools>`, and then writes out the tool definitions from its prompt as its answer.
+    """
+    text = piece.strip()
+    if not text:
+        return False
+    return text.startswith((*_CALL_STARTS, "<tool")) or any(s.startswith(text) for s in _CALL_STARTS)
+
+
 def _default_threads() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -151,6 +163,7 @@ class Engine:
         self.n_vocab: int = self.llm.n_vocab()
         pieces = [self._piece(t) for t in range(self.n_vocab)]
         self._call_start = np.array([t for t, s in enumerate(pieces) if s.strip().startswith(_CALL_STARTS)])
+        self._no_answer_start = np.array([t for t, s in enumerate(pieces) if _starts_markup(s)])
         self._closing = ClosingBias.groups(pieces)
         self._eog = np.array([t for t in range(self.n_vocab) if self._is_eog(t)])
         self._eog_set = frozenset(int(t) for t in self._eog)
@@ -303,16 +316,16 @@ class Engine:
         """Generate a text answer; yields `(piece, tokens so far, finish reason)`.
 
         With `ban_call_start` the decision not to call has been made for the first token: it may
-        not open a call or end the turn. If the model opens a `<tool_call>` later, after some
-        prose, the text ends there with the finish reason `"tool_calls"`. The tokens produced are
-        appended to `generated` when it is given.
+        not open a call, begin to spell its opening, start the template's markup or end the turn.
+        If the model opens a `<tool_call>` later, after some prose, the text ends there with the
+        finish reason `"tool_calls"`. The tokens produced are appended to `generated` when given.
         """
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         context = list(tokens)
         out = generated if generated is not None else []
         if ban_call_start:
             probs = self._next_probabilities(context)
-            probs[self._call_start] = 0.0
+            probs[self._no_answer_start] = 0.0
             probs[self._eog] = 0.0
             first = int(probs.argmax()) if temperature <= 0 else self._sample(probs, temperature)
             out.append(first)
