@@ -7,7 +7,9 @@ every expected argument equal (strings case-insensitively; `{"contains": s}` for
 `args_any` lists acceptable alternatives), and no extra argument except a tool's documented default
 or a free-text field. Any call to an unknown tool or with arguments that fail the schema is counted
 as schema-invalid. An answer in text that writes out the template's tool markup (`<tools>`,
-`<function>`...) is counted apart as a markup answer: no call, but no answer either.
+`<function>`...) is counted apart as a markup answer: no call, but no answer either. So is an
+answer that names one of the tools without calling it ("you can call the `create_item`
+function"), which is advice a user cannot follow.
 
 Run: .venv/bin/python benchmarks/local_accuracy.py [--mode constrained|free|both] [--model X.gguf]
 """
@@ -29,6 +31,7 @@ import jsonschema
 from toolwire.messages import SystemMessage, ToolCall, ToolSpec, UserMessage
 from toolwire.models.base import RequestOptions
 from toolwire.models.local import LocalModel
+from toolwire.models.local_prompt import named_tools
 
 TODAY = "2025-03-14"
 SYSTEM = f"You are the assistant of a small company's bookkeeping and support desk. Today is {TODAY}."
@@ -112,6 +115,7 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
     right: Counter[str] = Counter()
     invalid_calls = 0
     markup = 0
+    tool_talk = 0
     seconds: list[float] = []
     failures = []
     for case in cases:
@@ -131,6 +135,8 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
         answer = (turn.message.text or "") if turn else ""
         if not calls and MARKUP.search(answer):
             markup += 1
+        elif not calls and named_tools(answer, TOOLS):
+            tool_talk += 1
         text = repr(answer[:60]) if turn else "-"
         shown = [f"{c.name}({c.arguments})" for c in calls] or [text]
         if not ok:
@@ -148,6 +154,7 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
         "parallel_right": f"{right['parallel']}/{totals['parallel']}",
         "schema_invalid_calls": invalid_calls,
         "markup_answers": markup,
+        "function_talk_answers": tool_talk,
         "mean_seconds": round(sum(seconds) / len(seconds), 2),
         "failures": failures,
     }
