@@ -90,12 +90,9 @@ def proxy_main(upstream_url: str, port: int, kind: str = "httpx2") -> None:
 
 
 @contextlib.asynccontextmanager
-async def minimal_proxy(upstream_url: str, kind: str = "httpx2") -> AsyncIterator[str]:
-    """Run the minimal proxy of `kind` (`httpx2` or `socket`) in its own process; yield its URL."""
-    port = free_port()
-    argv = [str(Path(__file__)), upstream_url, str(port), kind]
+async def listening(argv: list[str], port: int) -> AsyncIterator[None]:
+    """Run `python *argv` until it accepts connections on 127.0.0.1:`port`; stop it when done."""
     process = await asyncio.create_subprocess_exec(sys.executable, *argv)
-    url = f"http://127.0.0.1:{port}"
     try:
         async with asyncio.timeout(30):
             while True:
@@ -105,10 +102,18 @@ async def minimal_proxy(upstream_url: str, kind: str = "httpx2") -> AsyncIterato
                     break
                 except OSError:
                     await asyncio.sleep(0.1)
-        yield url
+        yield
     finally:
         process.terminate()
         await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def minimal_proxy(upstream_url: str, kind: str = "httpx2") -> AsyncIterator[str]:
+    """Run the minimal proxy of `kind` (`httpx2` or `socket`) in its own process; yield its URL."""
+    port = free_port()
+    async with listening([str(Path(__file__)), upstream_url, str(port), kind], port):
+        yield f"http://127.0.0.1:{port}"
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import statistics
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 import httpx2
 
-from _proxy import free_port
+from _proxy import free_port, listening
 
 BODY = json.dumps({"id": "x" * 20, "choices": [{"message": {"content": "y" * 400}}]}).encode()
 PAUSES = (0.0, 0.02, 0.05)
@@ -90,20 +89,8 @@ def server_main(port: int, one_write: bool) -> None:
 async def server(one_write: bool) -> AsyncIterator[int]:
     port = free_port()
     argv = [str(Path(__file__)), "--serve", str(port), *(["--one-write"] if one_write else [])]
-    process = await asyncio.create_subprocess_exec(sys.executable, *argv)
-    try:
-        async with asyncio.timeout(30):
-            while True:
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                    writer.close()
-                    break
-                except OSError:
-                    await asyncio.sleep(0.1)
+    async with listening(argv, port):
         yield port
-    finally:
-        process.terminate()
-        await process.wait()
 
 
 async def by_socket(port: int) -> Callable[[], Awaitable[None]]:
