@@ -377,3 +377,23 @@ def test_an_answer_may_not_start_with_a_call_its_opening_or_the_templates_tool_m
         assert _starts_markup(piece), piece
     for piece in ("Sure", " I", "<b>", "Remind", "\n", "", "12"):
         assert not _starts_markup(piece), piece
+
+
+@needs_llama
+async def test_the_demo_books_lunch_under_the_users_word_not_an_invented_title(model: Model) -> None:
+    import datetime as dt
+
+    from toolwire.demo.bookkeeping import bookkeeping_toolbox, system_prompt
+
+    now = dt.datetime(2025, 3, 14, 12, tzinfo=dt.UTC)
+    transcript = [
+        SystemMessage(content=system_prompt(now)),
+        UserMessage(content="Book 12.50 for lunch in category food"),
+    ]
+    turn = await model.request(transcript, bookkeeping_toolbox().specs(), OPTIONS)
+
+    [call] = turn.message.tool_calls
+    args = json.loads(call.arguments)
+    assert call.name == "create_item" and args["amount"] == 12.5 and args["category"] == "food"
+    # The title's example once read "Lunch with the team", and the model booked exactly that.
+    assert args["title"].strip().lower() == "lunch", args

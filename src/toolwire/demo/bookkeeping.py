@@ -218,7 +218,8 @@ async def create_item(
         ctx: The run's context (tenant, user, clock, database).
         category: The kind of entry, one or two words, e.g. "food", "travel", "office", "salary".
         amount: The amount as a positive number with at most two decimals, e.g. 12.5.
-        title: A short summary of what it was, e.g. "Lunch with the team".
+        title: What it was, in the user's own words, e.g. "Taxi to the airport"; add no detail they
+            did not give.
         date: The day it happened as YYYY-MM-DD, or "today" / "yesterday"; the application resolves
             relative dates. Default: today.
         remark: An optional note.
