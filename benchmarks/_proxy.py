@@ -33,6 +33,14 @@ def free_port() -> int:
     return port
 
 
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> bytes:
+    """Write a whole HTTP/1.1 request by hand; read the answer's body by its Content-Length."""
+    writer.write(request)
+    lines = (await reader.readuntil(b"\r\n\r\n")).lower().split(b"\r\n")
+    length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length:"))
+    return await reader.readexactly(length)
+
+
 def proxy_main(upstream_url: str, port: int, kind: str = "httpx2") -> None:
     """The minimal proxy: forward each POST body to the upstream, answer with its body (the floor)."""
     import uvicorn
@@ -50,10 +58,7 @@ def proxy_main(upstream_url: str, port: int, kind: str = "httpx2") -> None:
             f"POST {path} HTTP/1.1\r\nhost: {upstream.host}\r\ncontent-type: application/json\r\n"
             f"authorization: Bearer sk-bench-upstream\r\ncontent-length: {len(body)}\r\n\r\n"
         )
-        writer.write(head.encode() + body)
-        lines = (await reader.readuntil(b"\r\n\r\n")).lower().split(b"\r\n")
-        length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length:"))
-        return await reader.readexactly(length)
+        return await exchange(reader, writer, head.encode() + body)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         nonlocal client

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx2
 
-from _proxy import free_port, listening
+from _proxy import exchange, free_port, listening
 
 BODY = json.dumps({"id": "x" * 20, "choices": [{"message": {"content": "y" * 400}}]}).encode()
 PAUSES = (0.0, 0.02, 0.05)
@@ -99,10 +99,8 @@ async def by_socket(port: int) -> Callable[[], Awaitable[None]]:
     request = b"POST / HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 2\r\n\r\n{}"
 
     async def send() -> None:
-        writer.write(request)
-        head = (await reader.readuntil(b"\r\n\r\n")).lower()
-        length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
-        await reader.readexactly(length)
+        if await exchange(reader, writer, request) != BODY:
+            raise RuntimeError("unexpected answer on the socket")
 
     return send
 
