@@ -105,6 +105,22 @@ async def migrate(db: Database, revision: str = "head") -> None:
     Raises:
         StorageError: the database failed, or it was migrated by a newer toolwire.
     """
+    deadline = time.monotonic() + _LOCK_WAIT
+    while True:
+        try:
+            await _migrate_once(db, revision)
+            return
+        except DatabaseLockedError:
+            # Another process is migrating the same SQLite file. It holds the write lock for the
+            # whole upgrade, which can outlast the busy timeout on a loaded machine, and even
+            # opening a connection (which sets WAL mode) waits for it: wait, then read the revision
+            # again and find the work done, rather than fail a start-up over it.
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.25)
+
+
+async def _migrate_once(db: Database, revision: str) -> None:
     current = await current_revisions(db)
     unknown = current - _known_revisions()
     if unknown:
@@ -114,22 +130,9 @@ async def migrate(db: Database, revision: str = "head") -> None:
         )
     if revision == "head" and current == head_revisions():
         return
-    deadline = time.monotonic() + _LOCK_WAIT
     try:
-        while True:
-            try:
-                async with db.connect(write=True) as conn:
-                    await conn.run_sync(_upgrade, revision)
-                return
-            except DatabaseLockedError:
-                # Another process is migrating the same SQLite file (it holds the write lock for the
-                # whole upgrade, which can outlast the busy timeout on a loaded machine): wait for
-                # it, then find the work done, rather than fail a start-up over it.
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.25)
-                if revision == "head" and await current_revisions(db) == head_revisions():
-                    return
+        async with db.connect(write=True) as conn:
+            await conn.run_sync(_upgrade, revision)
     except CommandError as exc:
         raise StorageError(
             f"Migrating the database at {db.location} to {revision!r} failed ({exc}); "
