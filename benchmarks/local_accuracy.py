@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import re
 import sys
@@ -168,6 +169,7 @@ async def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated case ids")
     parser.add_argument("--cases", type=Path, default=CASES)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-calendar", action="store_true", help="no calendar in the system prompt")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("-v", "--verbose", action="store_true")
     ns = parser.parse_args()
@@ -177,7 +179,13 @@ async def main() -> None:
         cases = [c for c in cases if c["id"] in wanted]
     results: dict[str, Any] = {"cases": len(cases)}
     for mode in ["constrained", "free"] if ns.mode == "both" else [ns.mode]:
-        model = LocalModel(ns.model, n_threads=ns.threads, constrained=mode == "constrained")
+        model = LocalModel(
+            ns.model,
+            n_threads=ns.threads,
+            constrained=mode == "constrained",
+            calendar=not ns.no_calendar,
+            clock=lambda: dt.datetime.fromisoformat(TODAY),  # the day the system prompt states
+        )
         if ns.threshold is not None:
             model.call_threshold = ns.threshold
         await asyncio.to_thread(model.engine)

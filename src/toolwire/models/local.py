@@ -23,6 +23,7 @@ the engine's lock, so requests are serialised and the event loop never blocks.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import threading
@@ -35,6 +36,7 @@ from typing import Any
 from toolwire.exceptions import ConfigError, ModelResponseError
 from toolwire.messages import AssistantMessage, Message, ToolCall, ToolSpec, Turn, Usage, UserMessage
 from toolwire.models.base import RequestOptions, StreamEvent, TextDelta, TurnComplete
+from toolwire.models.local_calendar import calendar_note, takes_dates
 from toolwire.models.local_engine import Engine, load_engine
 from toolwire.models.local_model_files import resolve_model_path
 from toolwire.models.local_prompt import (
@@ -99,6 +101,10 @@ class LocalModel:
             made instead (such answers then arrive whole, not streamed).
         constrained: Decode tool calls under the schema grammar; `False` parses the model's free
             text instead (measured in benchmarks/, not for production).
+        calendar: When a tool offered takes a date, write the days around today into the system
+            prompt for the model to copy (see `toolwire.models.local_calendar`).
+        clock: The current moment in the user's time zone, for the calendar; default the
+            machine's clock in its local time zone.
         progress: Told, in one line, when the packaged model is assembled (the first use only).
     """
 
@@ -114,6 +120,8 @@ class LocalModel:
         confirm_below: float = 0.75,
         describe_floor: float = 0.2,
         constrained: bool = True,
+        calendar: bool = True,
+        clock: Callable[[], dt.datetime] | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self._model_path = model_path
@@ -125,6 +133,8 @@ class LocalModel:
         self.confirm_below = confirm_below
         self.describe_floor = describe_floor
         self.constrained = constrained
+        self.calendar = calendar
+        self._clock = clock or (lambda: dt.datetime.now().astimezone())
         self._progress = progress
         self._engine: Engine | None = None
 
@@ -298,6 +308,8 @@ class LocalModel:
         asked = last.content if isinstance(last, UserMessage) else None
         with engine.lock:
             system_extra = guidance(offered) if offered else ""
+            if self.calendar and takes_dates(offered):
+                system_extra += "\n\n" + calendar_note(self._clock().date())
             prompt = fit_prompt(engine, transcript, offered, reserve=max_tokens, system_extra=system_extra)
             forced = bool(offered) and options.tool_choice not in (None, "auto")
             p_call = engine.call_probability(prompt) if offered and not forced else 0.0

@@ -1,0 +1,72 @@
+"""A calendar of the days around today, told to the embedded model when its tools take dates.
+
+A 1.5B model reads "Today is 2025-03-14" and still books "last Monday" on 2025-03-17 or sums "last
+month" as December: it cannot count back through a calendar. It can copy. So when an offered tool
+has a date parameter, the system prompt gets the recent days, this month, last month and this year
+written out from the application's clock, and the model copies the day the user means instead of
+computing it. The note changes once a day, so the prompt's cached prefix survives between requests.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from toolwire.messages import ToolSpec
+
+__all__ = ["calendar_note", "takes_dates"]
+
+_DATE_WORDS = re.compile(r"YYYY-MM|\bdate\b|\bday\b|\bmonth\b", re.IGNORECASE)
+_DAYS_BACK = 7
+
+
+def _is_date(name: str, schema: Any) -> bool:
+    if not isinstance(schema, dict) or schema.get("type") not in ("string", None):
+        return False
+    if schema.get("format") in ("date", "date-time"):
+        return True
+    text = f"{name} {schema.get('description', '')}"
+    return bool(_DATE_WORDS.search(re.sub(r"([a-z])([A-Z])", r"\1 \2", text)))
+
+
+def takes_dates(tools: Sequence[ToolSpec]) -> bool:
+    """Whether any of `tools` has a top-level string parameter for a date or a month."""
+    return any(
+        _is_date(name, schema)
+        for tool in tools
+        for name, schema in (tool.parameters.get("properties") or {}).items()
+    )
+
+
+def _month(first: dt.date) -> str:
+    last = calendar.monthrange(first.year, first.month)[1]
+    return f"{first:%B %Y}: {first.isoformat()} to {first:%Y-%m}-{last:02d} (month {first:%Y-%m})"
+
+
+def calendar_note(today: dt.date) -> str:
+    """The calendar lines for `today`, to append to the system prompt.
+
+    Each line names a day the way users say it, right before its date, so that "last Monday"
+    finds "last Monday:" and is copied, not counted.
+
+    Args:
+        today: The current day in the user's time zone, from the application's clock.
+    """
+    lines = [f"- today, {today:%A}: {today.isoformat()}"]
+    for back in range(1, _DAYS_BACK + 1):
+        day = today - dt.timedelta(days=back)
+        name = "yesterday" if back == 1 else f"{back} days ago"
+        lines.append(f"- {name}, last {day:%A}: {day.isoformat()}")
+    this_month = today.replace(day=1)
+    last_month = (this_month - dt.timedelta(days=1)).replace(day=1)
+    lines += [f"- this month, {_month(this_month)}", f"- last month, {_month(last_month)}"]
+    earlier = range(last_month.month - 1, 0, -1) if last_month.year == today.year else range(0)
+    lines += [f"- {_month(dt.date(today.year, m, 1))}" for m in earlier]  # the rest of this year
+    lines.append(f"- this year so far: {today.year}-01-01 to {today.isoformat()}")
+    return (
+        "Calendar, from the application's clock (copy dates from here, do not compute them):\n"
+        + "\n".join(lines)
+    )
