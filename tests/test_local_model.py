@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import json
 import threading
@@ -58,6 +59,8 @@ BOOKKEEPING = [
     ),
 ]
 SYSTEM = SystemMessage(content="You are a bookkeeping assistant. Today is 2025-03-14.")
+TODAY = dt.datetime(2025, 3, 14, 12, tzinfo=dt.UTC)
+"""The embedded model's clock, for its calendar: the day the system prompt states."""
 OPTIONS = RequestOptions()
 
 
@@ -73,7 +76,7 @@ def model_path() -> Path:
 def model(model_path: Path) -> Model:
     from toolwire.models.local import LocalModel
 
-    return LocalModel(model_path)
+    return LocalModel(model_path, clock=lambda: TODAY)
 
 
 # --- the model file: found, assembled, verified -------------------------------------------------
@@ -381,13 +384,10 @@ def test_an_answer_may_not_start_with_a_call_its_opening_or_the_templates_tool_m
 
 @needs_llama
 async def test_the_demo_books_lunch_under_the_users_word_not_an_invented_title(model: Model) -> None:
-    import datetime as dt
-
     from toolwire.demo.bookkeeping import bookkeeping_toolbox, system_prompt
 
-    now = dt.datetime(2025, 3, 14, 12, tzinfo=dt.UTC)
     transcript = [
-        SystemMessage(content=system_prompt(now)),
+        SystemMessage(content=system_prompt(TODAY)),
         UserMessage(content="Book 12.50 for lunch in category food"),
     ]
     turn = await model.request(transcript, bookkeeping_toolbox().specs(), OPTIONS)
@@ -397,3 +397,21 @@ async def test_the_demo_books_lunch_under_the_users_word_not_an_invented_title(m
     assert call.name == "create_item" and args["amount"] == 12.5 and args["category"] == "food"
     # The title's example once read "Lunch with the team", and the model booked exactly that.
     assert args["title"].strip().lower() == "lunch", args
+
+
+@needs_llama
+@pytest.mark.parametrize("calendar", [True, False])
+async def test_a_weekday_the_user_names_is_copied_from_the_calendar(model_path: Path, calendar: bool) -> None:
+    from toolwire.models.local import LocalModel
+
+    model = LocalModel(model_path, calendar=calendar, clock=lambda: TODAY)  # a Friday
+    asked = UserMessage(content="Last Tuesday I paid 30 for a taxi, category transport")
+    turn = await model.request([SYSTEM, asked], BOOKKEEPING, OPTIONS)
+
+    [call] = turn.message.tool_calls
+    args = json.loads(call.arguments)
+    assert call.name == "create_item" and args["amount"] == 30
+    if calendar:
+        assert args["date"] == "2025-03-11", args
+    else:  # what the calendar is for: told only today's date, this model counts back wrong
+        assert args.get("date") != "2025-03-11", args
