@@ -35,6 +35,8 @@ from toolwire.models.local import LocalModel
 from toolwire.models.local_prompt import named_tools
 
 TODAY = "2025-03-14"
+OPTIONS = RequestOptions(now=dt.datetime.fromisoformat(TODAY))
+"""The application's clock, as the Runner would set it: the day the system prompt states."""
 SYSTEM = f"You are the assistant of a small company's bookkeeping and support desk. Today is {TODAY}."
 CASES = Path(__file__).parent / "cases" / "tool_calls.jsonl"
 TOOLS_FILE = Path(__file__).parent / "cases" / "tools.json"
@@ -123,7 +125,7 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
         transcript = [SystemMessage(content=SYSTEM), UserMessage(content=case["prompt"])]
         started = time.perf_counter()
         try:
-            turn = await model.request(transcript, TOOLS, RequestOptions())
+            turn = await model.request(transcript, TOOLS, OPTIONS)
             calls = turn.message.tool_calls
         except Exception as exc:  # a failed turn is a wrong answer, reported
             calls, turn = (), None
@@ -184,7 +186,6 @@ async def main() -> None:
             n_threads=ns.threads,
             constrained=mode == "constrained",
             calendar=not ns.no_calendar,
-            clock=lambda: dt.datetime.fromisoformat(TODAY),  # the day the system prompt states
         )
         if ns.threshold is not None:
             model.call_threshold = ns.threshold

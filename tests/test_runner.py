@@ -277,6 +277,28 @@ async def test_forcing_tool_choice_applies_to_the_first_request_only(weather: tu
     assert [r.options.tool_choice for r in model.requests] == ["required", None]
 
 
+async def test_every_request_carries_the_applications_clock_in_the_users_time_zone(
+    weather: tuple[Counter, object],
+) -> None:
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    _, get_weather = weather
+    model = ScriptedModel([reply(None, call("get_weather", {"city": "Oslo"})), "Cold."])
+    berlin = ZoneInfo("Europe/Berlin")
+    # 23:30 UTC is already the next day in Berlin: the model must be told the user's day.
+    context = Context(now=dt.datetime(2025, 3, 13, 23, 30, tzinfo=dt.UTC), timezone=berlin)
+    await Runner(model, [get_weather]).run("go", context=context)  # type: ignore[list-item]
+
+    assert [r.options.now for r in model.requests] == [context.current_time()] * 2
+    assert {r.options.now.date() for r in model.requests if r.options.now} == {dt.date(2025, 3, 14)}
+
+    fixed = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    model = ScriptedModel(["Hi."])
+    await Runner(model, [get_weather], options=RequestOptions(now=fixed)).run("go", context=context)  # type: ignore[list-item]
+    assert model.requests[0].options.now == fixed, "a clock the caller set is kept"
+
+
 async def test_stream_yields_text_then_calls_then_the_result(weather: tuple[Counter, object]) -> None:
     _, get_weather = weather
     model = ScriptedModel(

@@ -7,6 +7,7 @@ knows a wire format. Every type here is a keyword-only dataclass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 __all__ = [
@@ -186,3 +187,7 @@ class RequestOptions:
     parallel_tool_calls: bool | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    now: datetime | None = None
+    """The application's clock for this request, in the user's time zone; the Runner sets it from
+    `Context.current_time()`. Never sent on the wire: the embedded model writes its calendar from
+    it (see `toolwire.models.local_calendar`)."""

@@ -189,7 +189,8 @@ class Runner:
         context = context or Context()
         transcript = self._start(input, context, history)
         specs = self.toolbox.specs()
-        options = self.options
+        # The model learns the date the application goes by (the one the tools resolve "today" in).
+        options = self.options if self.options.now else replace(self.options, now=context.current_time())
         usage = Usage()
         traces: list[CallTrace] = []
         requests = 0

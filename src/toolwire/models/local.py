@@ -102,9 +102,8 @@ class LocalModel:
         constrained: Decode tool calls under the schema grammar; `False` parses the model's free
             text instead (measured in benchmarks/, not for production).
         calendar: When a tool offered takes a date, write the days around today into the system
-            prompt for the model to copy (see `toolwire.models.local_calendar`).
-        clock: The current moment in the user's time zone, for the calendar; default the
-            machine's clock in its local time zone.
+            prompt for the model to copy (see `toolwire.models.local_calendar`); today is the
+            request's `RequestOptions.now` (the Runner sets it), else the machine's local date.
         progress: Told, in one line, when the packaged model is assembled (the first use only).
     """
 
@@ -121,7 +120,6 @@ class LocalModel:
         describe_floor: float = 0.2,
         constrained: bool = True,
         calendar: bool = True,
-        clock: Callable[[], dt.datetime] | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self._model_path = model_path
@@ -134,7 +132,6 @@ class LocalModel:
         self.describe_floor = describe_floor
         self.constrained = constrained
         self.calendar = calendar
-        self._clock = clock or (lambda: dt.datetime.now().astimezone())
         self._progress = progress
         self._engine: Engine | None = None
 
@@ -309,7 +306,8 @@ class LocalModel:
         with engine.lock:
             system_extra = guidance(offered) if offered else ""
             if self.calendar and takes_dates(offered):
-                system_extra += "\n\n" + calendar_note(self._clock().date())
+                now = options.now or dt.datetime.now().astimezone()
+                system_extra += "\n\n" + calendar_note(now.date())
             prompt = fit_prompt(engine, transcript, offered, reserve=max_tokens, system_extra=system_extra)
             forced = bool(offered) and options.tool_choice not in (None, "auto")
             p_call = engine.call_probability(prompt) if offered and not forced else 0.0
