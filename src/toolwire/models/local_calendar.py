@@ -1,10 +1,11 @@
 """A calendar of the days around today, told to the embedded model when its tools take dates.
 
-A 1.5B model reads "Today is 2025-03-14" and still books "last Monday" on 2025-03-17 or sums "last
+A 1.5B model reads "Today is 2025-03-14" and still books "last Monday" on 2025-03-11 or sums "last
 month" as December: it cannot count back through a calendar. It can copy. So when an offered tool
-has a date parameter, the system prompt gets the recent days, this month, last month and this year
-written out from the application's clock, and the model copies the day the user means instead of
-computing it. The note changes once a day, so the prompt's cached prefix survives between requests.
+has a date parameter, the system prompt gets the last week's days, this month, last month and this
+year's other months, written out from the application's clock, and the model copies the day the
+user means instead of computing it. The note changes once a day, so the prompt's cached prefix
+survives between requests.
 """
 
 from __future__ import annotations
@@ -21,6 +22,23 @@ __all__ = ["calendar_note", "takes_dates"]
 
 _DATE_WORDS = re.compile(r"YYYY-MM|\bdate\b|\bday\b|\bmonth\b", re.IGNORECASE)
 _DAYS_BACK = 7
+# In English whatever the process's locale (strftime's %A and %B follow LC_TIME): the model reads
+# the user's "last Monday" against these.
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 
 
 def _is_date(name: str, schema: Any) -> bool:
@@ -43,7 +61,8 @@ def takes_dates(tools: Sequence[ToolSpec]) -> bool:
 
 def _month(first: dt.date) -> str:
     last = calendar.monthrange(first.year, first.month)[1]
-    return f"{first:%B %Y}: {first.isoformat()} to {first:%Y-%m}-{last:02d} (month {first:%Y-%m})"
+    name = f"{_MONTHS[first.month - 1]} {first.year}"
+    return f"{name}: {first.isoformat()} to {first:%Y-%m}-{last:02d} (month {first:%Y-%m})"
 
 
 def calendar_note(today: dt.date) -> str:
@@ -55,11 +74,11 @@ def calendar_note(today: dt.date) -> str:
     Args:
         today: The current day in the user's time zone, from the application's clock.
     """
-    lines = [f"- today, {today:%A}: {today.isoformat()}"]
+    lines = [f"- today, {_WEEKDAYS[today.weekday()]}: {today.isoformat()}"]
     for back in range(1, _DAYS_BACK + 1):
         day = today - dt.timedelta(days=back)
         name = "yesterday" if back == 1 else f"{back} days ago"
-        lines.append(f"- {name}, last {day:%A}: {day.isoformat()}")
+        lines.append(f"- {name}, last {_WEEKDAYS[day.weekday()]}: {day.isoformat()}")
     this_month = today.replace(day=1)
     last_month = (this_month - dt.timedelta(days=1)).replace(day=1)
     lines += [f"- this month, {_month(this_month)}", f"- last month, {_month(last_month)}"]
