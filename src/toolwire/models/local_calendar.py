@@ -60,9 +60,8 @@ def takes_dates(tools: Sequence[ToolSpec]) -> bool:
 
 
 def _month(first: dt.date) -> str:
-    last = calendar.monthrange(first.year, first.month)[1]
-    name = f"{_MONTHS[first.month - 1]} {first.year}"
-    return f"{name}: {first.isoformat()} to {first:%Y-%m}-{last:02d} (month {first:%Y-%m})"
+    last = first.replace(day=calendar.monthrange(first.year, first.month)[1])
+    return f"{_MONTHS[first.month - 1]} {first.year}: {first} to {last} (month {first:%Y-%m})"
 
 
 def calendar_note(today: dt.date) -> str:
@@ -82,8 +81,8 @@ def calendar_note(today: dt.date) -> str:
     this_month = today.replace(day=1)
     last_month = (this_month - dt.timedelta(days=1)).replace(day=1)
     lines += [f"- this month, {_month(this_month)}", f"- last month, {_month(last_month)}"]
-    earlier = range(last_month.month - 1, 0, -1) if last_month.year == today.year else range(0)
-    lines += [f"- {_month(dt.date(today.year, m, 1))}" for m in earlier]  # the rest of this year
+    # This year's months before last month (none in January and February).
+    lines += [f"- {_month(dt.date(today.year, m, 1))}" for m in range(today.month - 2, 0, -1)]
     lines.append(f"- this year so far: {today.year}-01-01 to {today.isoformat()}")
     return (
         "Calendar, from the application's clock (copy dates from here, do not compute them):\n"
