@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import logging
 import re
 import sys
 import time
@@ -121,6 +122,7 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
     tool_talk = 0
     seconds: list[float] = []
     failures = []
+    per_case = []
     for case in cases:
         transcript = [SystemMessage(content=SYSTEM), UserMessage(content=case["prompt"])]
         started = time.perf_counter()
@@ -131,6 +133,7 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
             calls, turn = (), None
             print(f"  {case['id']}: {type(exc).__name__}: {exc}", file=sys.stderr)
         seconds.append(time.perf_counter() - started)
+        decisions, DECISIONS.lines = DECISIONS.lines, []
         ok, invalid = score(case, calls)
         invalid_calls += invalid
         totals[kind(case)] += 1
@@ -142,13 +145,16 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
             tool_talk += 1
         text = repr(answer[:60]) if turn else "-"
         shown = [f"{c.name}({c.arguments})" for c in calls] or [text]
+        record = {"id": case["id"], "kind": kind(case), "ok": ok, "got": shown, "decisions": decisions}
+        per_case.append(record)
         if not ok:
-            failures.append({"id": case["id"], "got": shown})
+            failures.append({"id": case["id"], "got": shown, "decisions": decisions})
         if verbose:
             print(
                 f"  {'ok ' if ok else 'BAD'} {case['id']:28s} {seconds[-1]:5.1f}s {'; '.join(shown)[:150]}",
                 flush=True,
             )
+            print(f"      {'; '.join(decisions)}", flush=True)
     return {
         "single_right": f"{right['single']}/{totals['single']}",
         "single_pct": round(100 * right["single"] / max(totals["single"], 1), 1),
@@ -160,7 +166,22 @@ async def run_mode(model: LocalModel, cases: list[dict[str, Any]], verbose: bool
         "function_talk_answers": tool_talk,
         "mean_seconds": round(sum(seconds) / len(seconds), 2),
         "failures": failures,
+        "per_case": per_case,
     }
+
+
+class _Decisions(logging.Handler):
+    """Collects the embedded model's decision log (call probability, second looks) per case."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+DECISIONS = _Decisions()
 
 
 async def main() -> None:
@@ -175,6 +196,9 @@ async def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("-v", "--verbose", action="store_true")
     ns = parser.parse_args()
+    local_log = logging.getLogger("toolwire.models.local")
+    local_log.setLevel(logging.DEBUG)
+    local_log.addHandler(DECISIONS)
     cases = [json.loads(line) for line in ns.cases.read_text().splitlines() if line.strip()]
     if ns.only:
         wanted = set(ns.only.split(","))
@@ -193,7 +217,7 @@ async def main() -> None:
         print(f"{mode}: {model.name}, {len(cases)} cases")
         results[mode] = await run_mode(model, cases, ns.verbose)
         results["model"] = model.name
-        summary = {k: v for k, v in results[mode].items() if k != "failures"}
+        summary = {k: v for k, v in results[mode].items() if k not in ("failures", "per_case")}
         print(f"{mode}: {json.dumps(summary)}")
     if ns.json:
         ns.json.write_text(json.dumps(results, indent=1))

@@ -1,11 +1,15 @@
-"""Suite-wide rules: a clean environment per test, and PostgreSQL required where CI runs."""
+"""Suite-wide rules and fixtures: a clean environment per test, PostgreSQL required where CI runs,
+and the embedded model's file for the tests that run it."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
+
+from toolwire.models.local_model_files import ModelFileError, resolve_model_path
 
 # Variables a developer may have set for their own use of toolwire; tests must not see them.
 _KEEP = ("TOOLWIRE_TEST_",)
@@ -30,3 +34,12 @@ def pytest_runtest_makereport(
     if required and report.skipped and "PostgreSQL" in str(report.longrepr):
         report.outcome = "failed"
         report.longrepr = f"PostgreSQL is required here but was skipped: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """The packaged embedded model's file, assembled on first use."""
+    try:
+        return resolve_model_path()
+    except ModelFileError as exc:
+        pytest.skip(f"the packaged model is not installed: {exc}")

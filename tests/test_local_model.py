@@ -64,14 +64,6 @@ OPTIONS = RequestOptions(now=TODAY)
 """The application's clock, as the Runner sets it: the day the system prompt states."""
 
 
-@pytest.fixture(scope="module")
-def model_path() -> Path:
-    try:
-        return resolve_model_path()
-    except ModelFileError as exc:
-        pytest.skip(f"the packaged model is not installed: {exc}")
-
-
 @pytest.fixture
 def model(model_path: Path) -> Model:
     from toolwire.models.local import LocalModel

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import logging
 import os
 import threading
 import uuid
@@ -37,9 +38,11 @@ from toolwire.exceptions import ConfigError, ModelResponseError
 from toolwire.messages import AssistantMessage, Message, ToolCall, ToolSpec, Turn, Usage, UserMessage
 from toolwire.models.base import RequestOptions, StreamEvent, TextDelta, TurnComplete
 from toolwire.models.local_calendar import calendar_note, takes_dates
+from toolwire.models.local_dates import dated_calls
 from toolwire.models.local_engine import Engine, load_engine
 from toolwire.models.local_model_files import resolve_model_path
 from toolwire.models.local_prompt import (
+    CALL_MAX_TOKENS,
     ContextWindowError,
     call_grammar,
     confirm_questions,
@@ -51,8 +54,9 @@ from toolwire.models.local_prompt import (
 
 __all__ = ["ContextWindowError", "LocalModel"]
 
+logger = logging.getLogger(__name__)
+
 _DEFAULT_MAX_TOKENS = 512
-_CALL_MAX_TOKENS = 256
 _MAX_CALLS = 8
 
 
@@ -104,6 +108,12 @@ class LocalModel:
         calendar: When a tool offered takes a date, write the days around today into the system
             prompt for the model to copy (see `toolwire.models.local_calendar`); today is the
             request's `RequestOptions.now` (the Runner sets it), else the machine's local date.
+        date_threshold: In answer to a user's message, a call to a tool with optional date
+            parameters keeps its date arguments only when the model, asked apart, says the message
+            names a day, a date or a period with at least this share, and a call without any gets
+            those the model writes without the closing bias (see `toolwire.models.local_dates`).
+            The default lies below the lowest share of a message that names a time on the case
+            sets in benchmarks/ (0.63). `None` turns the check off.
         progress: Told, in one line, when the packaged model is assembled (the first use only).
     """
 
@@ -120,6 +130,7 @@ class LocalModel:
         describe_floor: float = 0.2,
         constrained: bool = True,
         calendar: bool = True,
+        date_threshold: float | None = 0.5,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self._model_path = model_path
@@ -132,6 +143,7 @@ class LocalModel:
         self.describe_floor = describe_floor
         self.constrained = constrained
         self.calendar = calendar
+        self.date_threshold = date_threshold
         self._progress = progress
         self._engine: Engine | None = None
 
@@ -219,7 +231,7 @@ class LocalModel:
             context,
             call_grammar(offered),
             limit=limit,
-            max_tokens=_CALL_MAX_TOKENS,
+            max_tokens=CALL_MAX_TOKENS,
             stop=stop,
             closing_bias=self.closing_bias,
         ):
@@ -236,7 +248,9 @@ class LocalModel:
             questions = [engine.tokenize(engine.render(q, ())) for q in confirm_questions(asked, tool)]
             if any(len(q) >= engine.judge_n_ctx for q in questions):
                 continue  # too long to ask apart: the model's own choice stands
-            if sum(engine.yes_share(q) for q in questions) / len(questions) < self.confirm_threshold:
+            share = sum(engine.yes_share(q) for q in questions) / len(questions)
+            logger.debug("second look at %s: yes share %.3f", tool.name, share)
+            if share < self.confirm_threshold:
                 return True
         return False
 
@@ -250,9 +264,10 @@ class LocalModel:
         temperature: float,
         max_tokens: int,
         answer: _Answer,
-        held_for: str | None,
+        asked: str | None,
+        hold: bool,
     ) -> Generator[str, None, _Answer]:
-        """Answer in text, streaming it unless `held_for` (the user's message) holds it back.
+        """Answer in text, streaming it unless `hold` holds it back for a second look at `asked`.
 
         A held answer that names a function the model then confirms becomes a call to it.
         """
@@ -269,7 +284,7 @@ class LocalModel:
             answer.generated, answer.finish = spent + used, reason
             if piece:
                 answer.text.append(piece)
-                if held_for is None and (self.constrained or not offered):
+                if not hold and (self.constrained or not offered):
                     yield piece  # free-text calls are parsed by the caller, not streamed as prose
         if answer.finish == "tool_calls":
             # The model announced a call in prose, then opened it: decode it after the prose
@@ -277,15 +292,16 @@ class LocalModel:
             answer.calls, used = self._calls(engine, prompt + said, offered, options, stop)
             answer.generated += used
             answer.finish = "tool_calls" if answer.calls else "stop"
-        elif held_for is not None and not stop.is_set():
+        elif hold and asked is not None and not stop.is_set():
             named = named_tools("".join(answer.text), offered)
-            if named and not self._unconfirmed(engine, held_for, named):
+            logger.debug("the answer names %s", [t.name for t in named])
+            if named and not self._unconfirmed(engine, asked, named):
                 # It told the user which function to use instead of using it: use it.
                 calls, used = self._calls(engine, prompt, named, options, stop)
                 answer.generated += used
                 if calls:
                     answer.calls, answer.text, answer.finish = calls, [], "tool_calls"
-        if held_for is not None and answer.text:
+        if hold and answer.text:
             yield "".join(answer.text)
         return answer
 
@@ -311,6 +327,7 @@ class LocalModel:
             prompt = fit_prompt(engine, transcript, offered, reserve=max_tokens, system_extra=system_extra)
             forced = bool(offered) and options.tool_choice not in (None, "auto")
             p_call = engine.call_probability(prompt) if offered and not forced else 0.0
+            logger.debug("probability of a call: %.3f", p_call)
             # The second look is for the model's own choice in answer to a user: never after tool
             # results (its answer names the tools it used) and never against a forced call.
             checking = self.constrained and not forced and asked is not None
@@ -332,7 +349,12 @@ class LocalModel:
                 # An answer that may describe a call is held back until the second look has seen it.
                 hold = bool(offered) and checking and p_call >= self.describe_floor
                 params = (prompt, offered, options, stop, temperature, max_tokens)
-                answer = yield from self._in_text(engine, *params, answer, asked if hold else None)
+                answer = yield from self._in_text(engine, *params, answer, asked, hold)
+            if answer.calls and asked is not None and self.date_threshold is not None:
+                answer.calls, used = dated_calls(
+                    engine, prompt, answer.calls, offered, asked, self.date_threshold, stop
+                )
+                answer.generated += used
             if stop.is_set():
                 raise _Cancelled
         calls, finish, text = answer.calls, answer.finish, "".join(answer.text)

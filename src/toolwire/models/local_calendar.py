@@ -18,7 +18,7 @@ from typing import Any
 
 from toolwire.messages import ToolSpec
 
-__all__ = ["calendar_note", "takes_dates"]
+__all__ = ["calendar_note", "optional_dates", "takes_dates"]
 
 _DATE_WORDS = re.compile(r"YYYY-MM|\bdate\b|\bday\b|\bmonth\b", re.IGNORECASE)
 _DAYS_BACK = 7
@@ -57,6 +57,16 @@ def takes_dates(tools: Sequence[ToolSpec]) -> bool:
         for tool in tools
         for name, schema in (tool.parameters.get("properties") or {}).items()
     )
+
+
+def optional_dates(tool: ToolSpec) -> list[str]:
+    """The names of `tool`'s optional top-level parameters for a date or a month."""
+    required = set(tool.parameters.get("required") or ())
+    return [
+        name
+        for name, schema in (tool.parameters.get("properties") or {}).items()
+        if name not in required and _is_date(name, schema)
+    ]
 
 
 def _month(first: dt.date) -> str:

@@ -36,6 +36,8 @@ _GUIDANCE = (
     "function: say that you cannot do it, or answer from your own knowledge. Leave out optional "
     "arguments the user did not mention."
 )
+CALL_MAX_TOKENS = 256
+"""The most tokens one call's body may take."""
 # JSON strings may not hold raw control characters; the stock rule allows them.
 _CHAR_RULE = r'char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ' + " ".join(["[0-9a-fA-F]"] * 4) + ")"
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
