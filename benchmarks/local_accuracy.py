@@ -193,6 +193,7 @@ async def main() -> None:
     parser.add_argument("--cases", type=Path, default=CASES)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-calendar", action="store_true", help="no calendar in the system prompt")
+    parser.add_argument("--no-date-check", action="store_true", help="no check of date arguments")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("-v", "--verbose", action="store_true")
     ns = parser.parse_args()
@@ -211,6 +212,8 @@ async def main() -> None:
             constrained=mode == "constrained",
             calendar=not ns.no_calendar,
         )
+        if ns.no_date_check:
+            model.date_threshold = None
         if ns.threshold is not None:
             model.call_threshold = ns.threshold
         await asyncio.to_thread(model.engine)

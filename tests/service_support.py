@@ -1,12 +1,18 @@
-"""Shared by the service tests: databases, users with keys, the app in-process or on a real port."""
+"""Shared by the service tests: databases, users with keys, the app in-process, on a real port, or
+as the real `toolwire serve` command in a process of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import socket
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +116,51 @@ async def read_events(response: httpx2.Response) -> AsyncIterator[tuple[str, Any
             name = line[6:].strip()
         elif line.startswith("data:"):
             data.append(line[5:].strip())
+
+
+@dataclass
+class ServeProcess:
+    """A running `toolwire serve`: its address, its process, and its stderr as read so far."""
+
+    url: str
+    process: asyncio.subprocess.Process
+    log: asyncio.Task[bytes]
+    """Everything the process writes to stderr, complete once it has exited."""
+
+
+@asynccontextmanager
+async def toolwire_serve(values: dict[str, str], *, ready_within: float = 60) -> AsyncIterator[ServeProcess]:
+    """`toolwire serve` with only `values` of the TOOLWIRE_ settings, ready; stopped with SIGTERM after."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWIRE_")}
+    env |= {**values, "TOOLWIRE_PORT": str(port)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "toolwire",
+        "serve",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    log = asyncio.create_task(process.stderr.read())  # read all along: a full pipe would block it
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx2.AsyncClient(base_url=url, timeout=10) as client, asyncio.timeout(ready_within):
+            while True:
+                with contextlib.suppress(httpx2.TransportError):
+                    if (await client.get("/readyz")).status_code == 200:
+                        break
+                assert process.returncode is None, (await log).decode()
+                await asyncio.sleep(0.1)
+        yield ServeProcess(url=url, process=process, log=log)
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        await log

@@ -19,11 +19,8 @@ import asyncio
 import base64
 import contextlib
 import json
-import os
 import secrets
-import signal
 import sqlite3
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +30,7 @@ import httpx2
 import pytest
 from cryptography.fernet import Fernet
 
-from service_support import add_user, bearer, chat_body, free_port, read_events, sqlite_url
+from service_support import add_user, bearer, chat_body, read_events, sqlite_url, toolwire_serve
 from toolwire.demo.tickets import TicketsServer
 from toolwire.messages import ToolResult
 from toolwire.testing import ScriptedServer, Step
@@ -144,46 +141,16 @@ def parrot(body: dict[str, Any], route: str) -> Step:
 
 @contextlib.asynccontextmanager
 async def serve(tmp_path: Path, model_url: str) -> AsyncIterator[tuple[str, asyncio.Task[bytes]]]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWIRE_")}
-    env |= {
+    values = {
         "TOOLWIRE_DATABASE_URL": sqlite_url(tmp_path),
         "TOOLWIRE_BASE_URL": model_url,
         "TOOLWIRE_MODEL": "scripted",
         "TOOLWIRE_API_KEY": CANARIES["model"],
         "TOOLWIRE_SECRET_KEY": FERNET,
-        "TOOLWIRE_PORT": str(port),
         "TOOLWIRE_LOG_LEVEL": "debug",
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "toolwire",
-        "serve",
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    log = asyncio.create_task(process.stderr.read())  # read all along: a full pipe would block it
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx2.AsyncClient(base_url=url, timeout=5) as client, asyncio.timeout(60):
-            while True:
-                with contextlib.suppress(httpx2.TransportError):
-                    if (await client.get("/readyz")).status_code == 200:
-                        break
-                assert process.returncode is None, (await log).decode()
-                await asyncio.sleep(0.1)
-        yield url, log
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+    async with toolwire_serve(values) as served:
+        yield served.url, served.log
 
 
 def database_text(path: Path) -> str:

@@ -236,7 +236,7 @@ async def test_keywords_override_the_defaults_and_keep_the_function() -> None:
     assert made.requires == ("items:write",)
     assert made.retry_safe is True
     assert made.metadata["function"] is create_item
-    assert made.spec.name == "make_item"
+    assert (made.spec.name, made.spec.effect) == ("make_item", "write"), "the model learns it is a write"
 
 
 async def test_defaults_apply_and_parameter_names_may_shadow_model_attributes() -> None:

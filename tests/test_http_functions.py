@@ -222,6 +222,7 @@ async def test_get_sends_the_arguments_as_an_encoded_query_string(
 ) -> None:
     tool = http_tool(echo_function("GET"), connection_to(tickets.base_url), client=client)
     assert tool.effect == "read" and tool.retry_safe is False
+    assert tool.spec.effect == "read"
     echoed = json.loads(
         await call(
             tool, {"title": "a&b=c #d", "count": 2, "urgent": True, "labels": ["x", "y"], "ratio": None}
@@ -311,6 +312,7 @@ async def test_a_write_carries_the_idempotency_key_and_a_read_does_not(
     write = http_tool(echo_function(), connection_to(tickets.base_url), client=client)
     read = http_tool(echo_function("GET"), connection_to(tickets.base_url), client=client)
     assert write.effect == "write" and write.retry_safe is True
+    assert write.spec.effect == "write"
     assert (
         json.loads(await call(write, {"title": "t"}, context))["headers"]["idempotency-key"] == "req-9:echo:0"
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -27,7 +26,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from pg import postgres_database
-from service_support import add_user, bearer, chat_body, free_port
+from service_support import add_user, bearer, chat_body, toolwire_serve
 
 pytestmark = pytest.mark.postgres
 
@@ -82,40 +81,17 @@ async def upstream_process() -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def serve_process(database_url: str, model_url: str, log: Path) -> AsyncIterator[str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWIRE_")}
-    env |= {
+async def serve_process(database_url: str, model_url: str) -> AsyncIterator[str]:
+    values = {
         "TOOLWIRE_DATABASE_URL": database_url,
         "TOOLWIRE_BASE_URL": model_url,
         "TOOLWIRE_MODEL": "scripted",
         "TOOLWIRE_API_KEY": "sk-load-model",
-        "TOOLWIRE_PORT": str(port),
         "TOOLWIRE_SECRET_KEY": Fernet.generate_key().decode(),
         "TOOLWIRE_LOG_LEVEL": "warning",
     }
-    with log.open("wb") as stderr:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "toolwire",
-            "serve",
-            env=env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx2.AsyncClient(base_url=url, timeout=5) as client, asyncio.timeout(60):
-            while True:
-                with contextlib.suppress(httpx2.TransportError):
-                    if (await client.get("/readyz")).status_code == 200:
-                        break
-                assert process.returncode is None, f"the service stopped; see {log}"
-                await asyncio.sleep(0.1)
-        yield url
-    finally:
-        await _stop(process)
+    async with toolwire_serve(values) as served:
+        yield served.url
 
 
 async def count(url: str, query: str) -> Any:
@@ -133,8 +109,8 @@ async def test_two_hundred_concurrent_conversations_on_two_servers_book_each_ent
         keys = [(await add_user(database_url, f"user{n:02d}"))[1] for n in range(USERS)]  # also migrates
         async with (
             upstream_process() as model_url,
-            serve_process(database_url, model_url, tmp_path / "one.log") as one,
-            serve_process(database_url, model_url, tmp_path / "two.log") as two,
+            serve_process(database_url, model_url) as one,
+            serve_process(database_url, model_url) as two,
         ):
             servers = (one, two)
             limits = httpx2.Limits(max_connections=CONVERSATIONS + DOUBLED, max_keepalive_connections=50)

@@ -145,6 +145,28 @@ async def test_a_described_call_the_model_does_not_confirm_stays_text_sent_whole
     assert whole.message.text == turn.message.text, "a stream and a whole answer say the same"
 
 
+async def test_a_read_is_made_on_less_certainty_than_a_write() -> None:
+    # 0.65: below the bar for a write (0.685), above the one for a read (0.6).
+    reader = ToolSpec(**{**vars(TOOLS[0]), "effect": "read"})
+    writer = ToolSpec(**{**vars(TOOLS[1]), "effect": "write"})
+    engine = Scripted(p_call=0.35, prose=DESCRIBED, call=("get_ticket", '{"ticket_id": "T-88"}'), yes=0.65)
+    turn = await model_with(engine).request(asking("Ticket 88?"), [reader, writer], RequestOptions())
+    assert [c.name for c in turn.message.tool_calls] == ["get_ticket"]
+
+    engine = Scripted(p_call=0.35, prose=DESCRIBED, call=("get_ticket", '{"ticket_id": "T-88"}'), yes=0.65)
+    turn = await model_with(engine).request(asking("Ticket 88?"), TOOLS, RequestOptions())
+    assert turn.message.tool_calls == (), "a tool of unknown effect is held to a write's bar"
+
+    said = ("To open one, ", "use `create_ticket`.")
+    engine = Scripted(p_call=0.35, prose=said, call=("create_ticket", '{"title": "x"}'), yes=0.65)
+    turn = await model_with(engine).request(asking("Tickets?"), [reader, writer], RequestOptions())
+    assert turn.message.tool_calls == () and turn.message.text == "".join(said)
+
+    engine = Scripted(p_call=0.35, prose=DESCRIBED, call=("get_ticket", '{"ticket_id": "T-88"}'), yes=0.55)
+    turn = await model_with(engine).request(asking("Ticket 88?"), [reader, writer], RequestOptions())
+    assert turn.message.tool_calls == (), "below the read's bar too"
+
+
 async def test_an_answer_the_model_was_never_close_to_calling_for_streams_as_it_comes() -> None:
     engine = Scripted(p_call=0.05, prose=DESCRIBED, call=("get_ticket", "{}"), yes=0.99)
     deltas, turn = await streamed(model_with(engine), asking("What can you do?"))

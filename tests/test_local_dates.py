@@ -202,6 +202,8 @@ def test_with_dates_touches_date_arguments_only() -> None:
     )
     assert json.loads(added) == {"pageNum": 2, "endDate": "2025-02-01"}
     assert with_dates('{"pageNum": 2}', dates, named=True, redecoded='{"pageNum": 9}') == '{"pageNum": 2}'
+    empty = '{"startDate": "", "endDate": ""}'
+    assert with_dates('{"pageNum": 2}', dates, named=True, redecoded=empty) == '{"pageNum": 2}'
 
 
 # --- the real model --------------------------------------------------------------------------
@@ -211,14 +213,7 @@ REAL_TOOLS = [
     ToolSpec(
         name="list_items",
         description="Search bookkeeping entries by criteria. Use when the user says show, list or filter.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "category": {"type": "string", "description": "Filter by category"},
-                "startDate": {"type": "string", "description": "Start date YYYY-MM-DD"},
-                "endDate": {"type": "string", "description": "End date YYYY-MM-DD"},
-            },
-        },
+        parameters=SUMMARY.parameters,  # the same filters
     ),
 ]
 REAL_SYSTEM = SystemMessage(content="You are a bookkeeping assistant. Today is 2025-03-14.")

@@ -183,3 +183,15 @@ def test_templates_and_static_files_ship_in_the_package() -> None:
     } <= names
     for asset in ASSETS:
         assert asset.suffix in shipped, f"{asset.name} would be left out of the package"
+
+
+@pytest.mark.parametrize("path", EDIT_PAGES)
+async def test_delete_waits_until_the_page_has_loaded_what_it_deletes(
+    client: httpx2.AsyncClient, path: str
+) -> None:
+    # The script enables it once the item is loaded and the confirmation is wired up; a click
+    # before that would do nothing at all.
+    page = (await client.get(path)).text
+    assert re.search(r'<button[^>]*id="delete-start"[^>]*\bdisabled\b', page), page
+    script = (await client.get("/static/admin.js")).text
+    assert "start.disabled = false" in script

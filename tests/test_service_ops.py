@@ -23,10 +23,10 @@ from service_support import (
     add_user,
     bearer,
     chat_body,
-    free_port,
     read_events,
     serving,
     sqlite_url,
+    toolwire_serve,
 )
 from toolwire.exceptions import ConfigError
 from toolwire.messages import ToolResult
@@ -249,50 +249,25 @@ def test_serve_without_a_model_fails_with_one_sentence(tmp_path: Path) -> None:
 
 async def test_sigterm_lets_a_running_stream_finish_then_exits(tmp_path: Path) -> None:
     _, key = await add_user(sqlite_url(tmp_path), "alice")
-    port = free_port()
     async with ScriptedServer(
         lambda body, route: Step.reply("finished after the signal", latency=1.0)
     ) as model:
-        env = _serve_env(
-            tmp_path,
-            TOOLWIRE_BASE_URL=model.base_url,
-            TOOLWIRE_MODEL="scripted",
-            TOOLWIRE_API_KEY="sk-model-secret",
-            TOOLWIRE_PORT=str(port),
-            TOOLWIRE_SHUTDOWN_TIMEOUT="10",
-        )
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "toolwire",
-            "serve",
-            env=env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        assert process.stderr is not None
-        logged = asyncio.create_task(process.stderr.read())  # read all along: a full pipe would block it
-        try:
-            async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-                async with asyncio.timeout(30):
-                    while True:
-                        try:
-                            if (await client.get("/readyz")).status_code == 200:
-                                break
-                        except httpx2.TransportError:
-                            assert process.returncode is None, (await logged).decode()
-                        await asyncio.sleep(0.1)
+        values = {
+            "TOOLWIRE_DATABASE_URL": sqlite_url(tmp_path),
+            "TOOLWIRE_BASE_URL": model.base_url,
+            "TOOLWIRE_MODEL": "scripted",
+            "TOOLWIRE_API_KEY": "sk-model-secret",
+            "TOOLWIRE_SHUTDOWN_TIMEOUT": "10",
+        }
+        async with toolwire_serve(values) as served:
+            async with httpx2.AsyncClient(base_url=served.url, timeout=10) as client:
                 body = chat_body("hello", "before-the-signal", stream=True)
                 async with client.stream("POST", "/v1/chat", json=body, headers=bearer(key)) as response:
                     assert response.status_code == 200
-                    process.send_signal(signal.SIGTERM)
+                    served.process.send_signal(signal.SIGTERM)
                     events = [event async for event in read_events(response)]
-            code = await asyncio.wait_for(process.wait(), 30)
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-        stderr = (await logged).decode()
+            code = await asyncio.wait_for(served.process.wait(), 30)
+        stderr = (await served.log).decode()
 
     assert events[-1] == ("done", events[-1][1])
     assert events[-1][1]["answer"] == "finished after the signal"

@@ -46,8 +46,8 @@ def test_membership_lookup_order_and_length() -> None:
     assert "third" not in box
     assert make_tool("first") not in box  # same name, different tool
     assert box.specs() == [
-        ToolSpec(name="first", description="The first tool.", parameters=SCHEMA),
-        ToolSpec(name="second", description="The second tool.", parameters=SCHEMA),
+        ToolSpec(name="first", description="The first tool.", parameters=SCHEMA, effect="read"),
+        ToolSpec(name="second", description="The second tool.", parameters=SCHEMA, effect="read"),
     ]
 
 

@@ -43,6 +43,9 @@ class ToolSpec:
     """The JSON Schema (draft 2020-12) of the arguments object."""
     strict: bool | None = None
     """Ask the provider for schema-conformant arguments; the Gate validates either way."""
+    effect: Literal["read", "write"] | None = None
+    """What running the tool does, where the application knows it (its own tools and functions
+    do); `None` for tools it only passes on, such as a gateway client's. Never sent on the wire."""
 
 
 @dataclass(kw_only=True, frozen=True)

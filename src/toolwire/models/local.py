@@ -97,6 +97,11 @@ class LocalModel:
             in its answer ("you can use the `get_summary` function") is made at or above it. The
             default lies between the highest share of an unneeded call (0.68) and the lowest of a
             needed one (0.69) on the tuning set in benchmarks/. `None` turns the second look off.
+        read_threshold: The same bar for a tool whose `ToolSpec.effect` is `"read"`: a call that
+            was not needed costs a read and a round trip, where a write changes the business
+            system, so a read is made on less certainty. On the four case sets in benchmarks/ the
+            needed reads the second look turned down had 0.61-0.68, and the unneeded read calls
+            it was asked about at most 0.58. A tool of unknown effect counts as a write.
         confirm_below: A call the model opened with at least this probability is not second-guessed
             (on the tuning set every unneeded call was opened below 0.7, and the one needed call
             the second look would have dropped, above 0.8).
@@ -126,6 +131,7 @@ class LocalModel:
         call_threshold: float = 0.5,
         closing_bias: float = 3.0,
         confirm_threshold: float | None = 0.685,
+        read_threshold: float = 0.6,
         confirm_below: float = 0.75,
         describe_floor: float = 0.2,
         constrained: bool = True,
@@ -139,6 +145,7 @@ class LocalModel:
         self.call_threshold = call_threshold
         self.closing_bias = closing_bias
         self.confirm_threshold = confirm_threshold
+        self.read_threshold = read_threshold
         self.confirm_below = confirm_below
         self.describe_floor = describe_floor
         self.constrained = constrained
@@ -250,7 +257,7 @@ class LocalModel:
                 continue  # too long to ask apart: the model's own choice stands
             share = sum(engine.yes_share(q) for q in questions) / len(questions)
             logger.debug("second look at %s: yes share %.3f", tool.name, share)
-            if share < self.confirm_threshold:
+            if share < (self.read_threshold if tool.effect == "read" else self.confirm_threshold):
                 return True
         return False
 

@@ -75,7 +75,8 @@ def with_dates(arguments: str, dates: list[str], *, named: bool, redecoded: str 
     if not named and present:
         return json.dumps({k: v for k, v in args.items() if k not in dates}, ensure_ascii=False)
     if named and not present and redecoded is not None:
-        found = {k: v for k, v in json.loads(redecoded).items() if k in dates}
+        # An empty string is no date (the model's way of writing an argument it has no value for).
+        found = {k: v for k, v in json.loads(redecoded).items() if k in dates and v != ""}
         if found:
             return json.dumps({**args, **found}, ensure_ascii=False)
     return arguments

@@ -97,7 +97,11 @@ class Tool:
     def spec(self) -> ToolSpec:
         """What a model is told about this tool."""
         return ToolSpec(
-            name=self.name, description=self.description, parameters=self.parameters, strict=self.strict
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            strict=self.strict,
+            effect=self.effect,
         )
 
     def __repr__(self) -> str:

@@ -69,7 +69,10 @@
     const ask = byId("delete-ask");
     const confirm = byId("delete-confirm");
     if (!ask || !confirm) return;
-    byId("delete-start").addEventListener("click", () => {
+    const start = byId("delete-start");
+    // Enabled only now: a click before the page has loaded the item would do nothing.
+    start.disabled = false;
+    start.addEventListener("click", () => {
       ask.hidden = true;
       confirm.hidden = false;
       byId("delete-no").focus();
