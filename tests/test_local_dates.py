@@ -209,14 +209,58 @@ def test_with_dates_touches_date_arguments_only() -> None:
 # --- the real model --------------------------------------------------------------------------
 
 REAL_TOOLS = [
-    SUMMARY,
+    ToolSpec(
+        name="create_item",
+        description="Create a bookkeeping entry (an expense or income)."
+        " Use when the user says book, add, record or register an amount.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "category": {"type": "string", "description": "Category, e.g. food, transport"},
+                "amount": {"type": "number", "description": "Amount of money"},
+                "title": {"type": "string", "description": "Short title of the entry"},
+                "date": {"type": "string", "description": "Date YYYY-MM-DD, default today"},
+                "remark": {"type": "string", "description": "Remark"},
+            },
+            "required": ["category", "amount", "title"],
+        },
+        effect="write",
+    ),
     ToolSpec(
         name="list_items",
-        description="Search bookkeeping entries by criteria. Use when the user says show, list or filter.",
-        parameters=SUMMARY.parameters,  # the same filters
+        description="Search bookkeeping entries by criteria."
+        " Use when the user says show, list or filter entries.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "category": {"type": "string", "description": "Filter by category"},
+                "startDate": {"type": "string", "description": "Start date YYYY-MM-DD"},
+                "endDate": {"type": "string", "description": "End date YYYY-MM-DD"},
+                "pageNum": {"type": "number", "description": "Page number, default 1"},
+                "pageSize": {"type": "number", "description": "Entries per page, default 15"},
+            },
+        },
+        effect="read",
+    ),
+    ToolSpec(
+        name="get_summary",
+        description="Summary statistics of the bookkeeping entries."
+        " Use when the user asks how much in total, for statistics or a summary of their entries.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "startDate": {"type": "string", "description": "Start date YYYY-MM-DD"},
+                "endDate": {"type": "string", "description": "End date YYYY-MM-DD"},
+                "month": {"type": "string", "description": "Month YYYY-MM, instead of a date range"},
+            },
+        },
+        effect="read",
     ),
 ]
-REAL_SYSTEM = SystemMessage(content="You are a bookkeeping assistant. Today is 2025-03-14.")
+"""The bookkeeping tools of the accuracy benchmark (benchmarks/cases/tools.json)."""
+REAL_SYSTEM = SystemMessage(
+    content="You are the assistant of a small company's bookkeeping and support desk. Today is 2025-03-14."
+)
 REAL_OPTIONS = RequestOptions(now=dt.datetime(2025, 3, 14, 12, tzinfo=dt.UTC))
 
 
@@ -242,7 +286,7 @@ async def test_the_real_model_filters_overall_spending_by_no_period(model_path: 
 async def test_the_real_model_keeps_the_month_the_user_named(model_path: Path, check: bool) -> None:
     text = "I need to see my travel bookings from January 2025, can you list them?"
     name, args = await real_call(model_path, text, date_threshold=0.5 if check else None)
-    assert name == "list_items" and args.get("category") == "travel"
+    assert name == "list_items" and args.get("category", "").lower() == "travel"
     if check:
         assert (args.get("startDate"), args.get("endDate")) == ("2025-01-01", "2025-01-31"), args
     else:  # the closing bias ends the call after the category
