@@ -66,11 +66,12 @@ bench: install ## The benchmarks beside the peers; figures go to benchmarks/RESU
 	$(PIP) install --quiet -r benchmarks/requirements.txt
 	$(BIN)/python benchmarks/run_all.py
 
-bench-local: install ## Tool-call accuracy of the embedded model on the four case sets (~40 minutes)
+bench-local: install ## Tool-call accuracy of the embedded model on the five case sets (~45 minutes)
 	$(BIN)/python benchmarks/local_accuracy.py --mode constrained --cases benchmarks/cases/tool_calls.jsonl
 	$(BIN)/python benchmarks/local_accuracy.py --mode constrained --cases benchmarks/cases/tool_calls_heldout.jsonl
 	$(BIN)/python benchmarks/local_accuracy.py --mode constrained --cases benchmarks/cases/tool_calls_fresh.jsonl
 	$(BIN)/python benchmarks/local_accuracy.py --mode constrained --cases benchmarks/cases/tool_calls_late.jsonl
+	$(BIN)/python benchmarks/local_accuracy.py --mode constrained --cases benchmarks/cases/tool_calls_fifth.jsonl
 
 clean: ## Remove the virtual environment
 	rm -rf $(VENV)

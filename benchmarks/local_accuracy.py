@@ -11,6 +11,9 @@ as schema-invalid. An answer in text that writes out the template's tool markup 
 answer that names one of the tools without calling it ("you can call the `create_item`
 function"), which is advice a user cannot follow.
 
+With -v each case also shows the model's decisions from its debug log (the probability of a call,
+each second look's share of yes, whether the message names a time); --json keeps them per case.
+
 Run: .venv/bin/python benchmarks/local_accuracy.py [--mode constrained|free|both] [--model X.gguf]
 """
 

@@ -99,9 +99,9 @@ class LocalModel:
             needed one (0.69) on the tuning set in benchmarks/. `None` turns the second look off.
         read_threshold: The same bar for a tool whose `ToolSpec.effect` is `"read"`: a call that
             was not needed costs a read and a round trip, where a write changes the business
-            system, so a read is made on less certainty. On the four case sets in benchmarks/ the
-            needed reads the second look turned down had 0.61-0.68, and the unneeded read calls
-            it was asked about at most 0.58. A tool of unknown effect counts as a write.
+            system, so a read is made on less certainty. On the tuning, held-out and late sets in
+            benchmarks/ the needed reads the second look turned down had 0.61-0.68, the unneeded
+            read it was asked about 0.58. A tool of unknown effect counts as a write.
         confirm_below: A call the model opened with at least this probability is not second-guessed
             (on the tuning set every unneeded call was opened below 0.7, and the one needed call
             the second look would have dropped, above 0.8).
