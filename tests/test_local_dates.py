@@ -209,53 +209,9 @@ def test_with_dates_touches_date_arguments_only() -> None:
 # --- the real model --------------------------------------------------------------------------
 
 REAL_TOOLS = [
-    ToolSpec(
-        name="create_item",
-        description="Create a bookkeeping entry (an expense or income)."
-        " Use when the user says book, add, record or register an amount.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "category": {"type": "string", "description": "Category, e.g. food, transport"},
-                "amount": {"type": "number", "description": "Amount of money"},
-                "title": {"type": "string", "description": "Short title of the entry"},
-                "date": {"type": "string", "description": "Date YYYY-MM-DD, default today"},
-                "remark": {"type": "string", "description": "Remark"},
-            },
-            "required": ["category", "amount", "title"],
-        },
-        effect="write",
-    ),
-    ToolSpec(
-        name="list_items",
-        description="Search bookkeeping entries by criteria."
-        " Use when the user says show, list or filter entries.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "category": {"type": "string", "description": "Filter by category"},
-                "startDate": {"type": "string", "description": "Start date YYYY-MM-DD"},
-                "endDate": {"type": "string", "description": "End date YYYY-MM-DD"},
-                "pageNum": {"type": "number", "description": "Page number, default 1"},
-                "pageSize": {"type": "number", "description": "Entries per page, default 15"},
-            },
-        },
-        effect="read",
-    ),
-    ToolSpec(
-        name="get_summary",
-        description="Summary statistics of the bookkeeping entries."
-        " Use when the user asks how much in total, for statistics or a summary of their entries.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "startDate": {"type": "string", "description": "Start date YYYY-MM-DD"},
-                "endDate": {"type": "string", "description": "End date YYYY-MM-DD"},
-                "month": {"type": "string", "description": "Month YYYY-MM, instead of a date range"},
-            },
-        },
-        effect="read",
-    ),
+    ToolSpec(**tool)
+    for tool in json.loads((Path(__file__).parents[1] / "benchmarks/cases/tools.json").read_text())
+    if tool["name"] in ("create_item", "list_items", "get_summary")
 ]
 """The bookkeeping tools of the accuracy benchmark (benchmarks/cases/tools.json)."""
 REAL_SYSTEM = SystemMessage(
