@@ -407,3 +407,17 @@ async def test_a_weekday_the_user_names_is_copied_from_the_calendar(model_path: 
         assert args["date"] == "2025-03-11", args
     else:  # what the calendar is for: told only today's date, this model counts back wrong
         assert args.get("date") != "2025-03-11", args
+
+
+def test_tool_choice_decides_which_tools_the_model_may_call() -> None:
+    from toolwire.exceptions import ConfigError
+    from toolwire.models.local_prompt import offered_tools
+
+    create, listing = BOOKKEEPING
+    assert offered_tools(BOOKKEEPING, None) == [create, listing]
+    assert offered_tools(BOOKKEEPING, "required") == [create, listing]
+    assert offered_tools(BOOKKEEPING, "none") == []
+    assert offered_tools(BOOKKEEPING, {"type": "function", "function": {"name": "list_items"}}) == [listing]
+    assert offered_tools(BOOKKEEPING, {"type": "function", "name": "create_item"}) == [create]
+    with pytest.raises(ConfigError, match="'delete_item', which is not among the tools offered"):
+        offered_tools(BOOKKEEPING, {"type": "function", "function": {"name": "delete_item"}})

@@ -32,9 +32,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from toolwire.exceptions import ConfigError, ModelResponseError
+from toolwire.exceptions import ModelResponseError
 from toolwire.messages import AssistantMessage, Message, ToolCall, ToolSpec, Turn, Usage, UserMessage
 from toolwire.models.base import RequestOptions, StreamEvent, TextDelta, TurnComplete
 from toolwire.models.local_calendar import calendar_note, takes_dates
@@ -49,6 +48,7 @@ from toolwire.models.local_prompt import (
     fit_prompt,
     guidance,
     named_tools,
+    offered_tools,
     parse_text_calls,
 )
 
@@ -321,7 +321,7 @@ class LocalModel:
     ) -> Iterator[str | Turn]:
         """Produce text pieces, then the Turn; runs in a worker thread, holding the engine lock."""
         engine = self.engine()
-        offered = _offered_tools(tools, options.tool_choice)
+        offered = offered_tools(tools, options.tool_choice)
         max_tokens = options.max_tokens or _DEFAULT_MAX_TOKENS
         temperature = options.temperature or 0.0
         last = transcript[-1] if transcript else None
@@ -382,22 +382,6 @@ class LocalModel:
             route="local",
             finish_reason=finish,
         )
-
-
-def _offered_tools(tools: Sequence[ToolSpec], tool_choice: str | dict[str, Any] | None) -> list[ToolSpec]:
-    """The tools the model may call under `tool_choice` (empty: it must answer in text)."""
-    if tool_choice == "none":
-        return []
-    if isinstance(tool_choice, dict):
-        wanted = (tool_choice.get("function") or {}).get("name") or tool_choice.get("name")
-        named = [t for t in tools if t.name == wanted]
-        if not named:
-            raise ConfigError(
-                f"tool_choice names {wanted!r}, which is not among the tools offered; "
-                "offer that tool or drop tool_choice."
-            )
-        return named
-    return list(tools)
 
 
 def _drop_unset(arguments: str, tool: ToolSpec) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from toolwire.exceptions import ConfigError
 from toolwire.messages import AssistantMessage, Message, SystemMessage, ToolResult, ToolSpec, UserMessage
 from toolwire.models.local_model_files import LocalModelError
 
@@ -25,6 +26,7 @@ __all__ = [
     "chat_messages",
     "confirm_questions",
     "named_tools",
+    "offered_tools",
     "fit_prompt",
     "guidance",
     "parse_text_calls",
@@ -238,3 +240,19 @@ def parse_text_calls(text: str) -> tuple[str, list[tuple[str, str]]]:
                 (obj["name"], args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
             )
     return (rest.strip() if calls else text), calls
+
+
+def offered_tools(tools: Sequence[ToolSpec], tool_choice: str | dict[str, Any] | None) -> list[ToolSpec]:
+    """The tools the model may call under `tool_choice` (empty: it must answer in text)."""
+    if tool_choice == "none":
+        return []
+    if isinstance(tool_choice, dict):
+        wanted = (tool_choice.get("function") or {}).get("name") or tool_choice.get("name")
+        named = [t for t in tools if t.name == wanted]
+        if not named:
+            raise ConfigError(
+                f"tool_choice names {wanted!r}, which is not among the tools offered; "
+                "offer that tool or drop tool_choice."
+            )
+        return named
+    return list(tools)
