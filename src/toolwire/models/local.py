@@ -38,7 +38,7 @@ from toolwire.messages import AssistantMessage, Message, ToolCall, ToolSpec, Tur
 from toolwire.models.base import RequestOptions, StreamEvent, TextDelta, TurnComplete
 from toolwire.models.local_calendar import calendar_note, takes_dates
 from toolwire.models.local_dates import dated_calls
-from toolwire.models.local_engine import Engine, load_engine
+from toolwire.models.local_engine import Engine, asked_apart, load_engine
 from toolwire.models.local_model_files import resolve_model_path
 from toolwire.models.local_prompt import (
     CALL_MAX_TOKENS,
@@ -252,10 +252,9 @@ class LocalModel:
         if asked is None or self.confirm_threshold is None:
             return False  # no second look: the model's own choice stands
         for tool in tools:
-            questions = [engine.tokenize(engine.render(q, ())) for q in confirm_questions(asked, tool)]
-            if any(len(q) >= engine.judge_n_ctx for q in questions):
+            share = asked_apart(engine, confirm_questions(asked, tool))
+            if share is None:
                 continue  # too long to ask apart: the model's own choice stands
-            share = sum(engine.yes_share(q) for q in questions) / len(questions)
             logger.debug("second look at %s: yes share %.3f", tool.name, share)
             if share < (self.read_threshold if tool.effect == "read" else self.confirm_threshold):
                 return True

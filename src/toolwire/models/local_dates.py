@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolwire.messages import ToolCall, ToolSpec
 from toolwire.models.local_calendar import optional_dates
+from toolwire.models.local_engine import asked_apart
 from toolwire.models.local_prompt import CALL_MAX_TOKENS, call_grammar
 
 if TYPE_CHECKING:
@@ -85,10 +86,9 @@ def with_dates(arguments: str, dates: list[str], *, named: bool, redecoded: str 
 
 def names_time(engine: Engine, asked: str, threshold: float) -> bool:
     """Whether the model, asked apart, says `asked` names a day, a date or a period."""
-    questions = [engine.tokenize(engine.render(q, ())) for q in date_questions(asked)]
-    if any(len(q) >= engine.judge_n_ctx for q in questions):
+    share = asked_apart(engine, date_questions(asked))
+    if share is None:
         return True  # too long to ask apart: the model's own arguments stand
-    share = sum(engine.yes_share(q) for q in questions) / len(questions)
     logger.debug("a time named in the message: yes share %.3f", share)
     return share >= threshold
 

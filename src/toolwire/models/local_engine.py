@@ -28,7 +28,7 @@ from toolwire.messages import ToolSpec
 from toolwire.models.local_closing import ClosingBias
 from toolwire.models.local_model_files import LocalModelError, ModelFileError, check_gguf, check_memory
 
-__all__ = ["Engine", "load_engine"]
+__all__ = ["Engine", "asked_apart", "load_engine"]
 
 _CALL_OPEN = "<tool_call>"
 _CALL_CLOSE = "</tool_call>"
@@ -49,6 +49,18 @@ def _starts_markup(piece: str) -> bool:
     if not text:
         return False
     return text.startswith((*_CALL_STARTS, "<tool")) or any(s.startswith(text) for s in _CALL_STARTS)
+
+
+def asked_apart(engine: Engine, questions: list[list[dict[str, Any]]]) -> float | None:
+    """The mean share of *yes* the model gives to phrasings of one yes-or-no question.
+
+    Each is asked apart from the conversation (see `Engine.yes_share`); `None` when one is too
+    long for that second context.
+    """
+    tokens = [engine.tokenize(engine.render(q, ())) for q in questions]
+    if any(len(t) >= engine.judge_n_ctx for t in tokens):
+        return None
+    return sum(engine.yes_share(t) for t in tokens) / len(tokens)
 
 
 def _default_threads() -> int:
